@@ -1,0 +1,82 @@
+// The tagged memory pool. Every allocation carries a tag (weights, kv_cache, ...); a
+// whole tag can be offloaded to pinned host memory and onloaded back, or dropped when it
+// holds derived data that is cheaper to rebuild than to copy. Addresses are stable:
+// each allocation reserves its virtual range once and only its physical pages come and
+// go (CUDA virtual memory on the GPU, mmap/madvise on the CPU backend), so raw
+// pointers, Tensor views and captured CUDA graphs survive an offload/onload cycle.
+//
+// Allocations are meant to be few and large (llm.c style: one slab per tag and owner,
+// tensors carved out of it), since each is rounded up to the mapping granularity
+// (2 MiB on the H200, the page size on the CPU).
+#pragma once
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/memory_tag.h"
+#include "tensor/tensor.h"
+
+namespace tandem {
+
+enum class Residency { Resident, Offloaded, Dropped };
+
+struct Allocation {
+  void* ptr = nullptr;       // stable for the allocation's lifetime
+  size_t bytes = 0;          // as requested
+  size_t mapped_bytes = 0;   // rounded up to the granularity: what the device really holds
+  Tag tag{};
+  std::string name;
+  Residency residency = Residency::Resident;
+};
+
+struct TagUsage {
+  size_t device_bytes = 0, device_peak = 0;
+  size_t host_bytes = 0, host_peak = 0;
+};
+
+struct MemoryStats {
+  std::map<std::string, TagUsage> per_tag;  // by tag name, every tag ever used
+  size_t device_bytes = 0, device_peak = 0;  // sums over tags; peak of the sum
+  size_t host_bytes = 0, host_peak = 0;
+};
+
+// What an offload, onload or drop did.
+struct TransferReport {
+  std::string tag;
+  size_t bytes = 0;                  // bytes copied between device and host
+  size_t allocations = 0;            // allocations touched
+  double seconds = 0;
+  std::vector<std::string> rebuild;  // onload of dropped allocations: names to recompute
+  double gb_per_s() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+};
+
+class MemoryPool {
+ public:
+  // device_index is ignored for Device::CPU.
+  static std::unique_ptr<MemoryPool> create(Device device, int device_index = 0);
+  virtual ~MemoryPool() = default;
+
+  virtual Device device() const = 0;
+  virtual size_t granularity() const = 0;
+
+  // Contents start zeroed. Throws std::runtime_error (naming tag, name and bytes) on OOM.
+  virtual Allocation* allocate(Tag tag, size_t bytes, const std::string& name) = 0;
+  virtual void release(Allocation* allocation) = 0;
+
+  // Copy every resident allocation of the tag to pinned host memory, then unmap its
+  // device pages. No-op for allocations already off the device.
+  virtual TransferReport offload(Tag tag) = 0;
+  // Unmap the device pages without copying (derived or discardable data).
+  virtual TransferReport drop(Tag tag) = 0;
+  // Map pages back at the same addresses; offloaded data is copied back and its host
+  // copy freed, dropped data comes back zeroed and is listed in TransferReport::rebuild.
+  virtual TransferReport onload(Tag tag) = 0;
+
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peaks() = 0;
+  virtual std::vector<const Allocation*> allocations() const = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,19 @@
+// The few CUDA device facts the world needs; a CPU-only build answers "no GPUs".
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace tandem {
+
+int gpu_count();  // 0 when built without CUDA or when no driver/device is usable
+void bind_gpu(int device);
+struct GpuInfo {
+  std::string name;
+  size_t total_bytes = 0;
+  size_t free_bytes = 0;
+  int multiprocessors = 0;
+  int major = 0, minor = 0;
+};
+GpuInfo gpu_info(int device);
+
+}  // namespace tandem

@@ -1,0 +1,64 @@
+// The MPI job as one rank sees it: who it is, which node-local slot it holds, which
+// device it computes on, and the communicator for collectives on that device.
+#pragma once
+#include <memory>
+#include <mpi.h>
+#include <string>
+#include <vector>
+
+#include "world/communicator.h"
+
+namespace tandem {
+
+struct WorldOptions {
+  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;              // CPU threads per rank; 0 = the node's cores / local ranks
+};
+
+struct RankPlacement {
+  int rank = 0;
+  std::string host;
+  int local_rank = 0;
+  std::string device;  // "cuda:0 (NVIDIA H200)" or "cpu (8 threads)"
+};
+
+class World {
+ public:
+  // MPI must be initialised. Binds this rank to its device (local rank -> GPU) and
+  // builds the communicator; collective over `comm`, throws the same error on every rank.
+  static std::unique_ptr<World> create(MPI_Comm comm, const WorldOptions& options);
+  ~World();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  Device device() const { return device_; }
+  int gpu() const { return gpu_; }  // -1 on the CPU backend
+  int threads() const { return threads_; }
+  MPI_Comm comm() const { return comm_; }
+  Communicator& communicator() { return *communicator_; }
+  // Every rank's placement, gathered at creation (same on every rank).
+  const std::vector<RankPlacement>& placements() const { return placements_; }
+
+ private:
+  World() = default;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  Device device_ = Device::CPU;
+  int gpu_ = -1;
+  int threads_ = 1;
+  std::unique_ptr<Communicator> communicator_;
+  std::vector<RankPlacement> placements_;
+};
+
+// Collective: every rank passes its own error ("" when fine). If any rank failed, every
+// rank throws the same std::runtime_error listing each failing rank's message, so no
+// rank is left waiting in a later collective.
+void fail_together(MPI_Comm comm, const std::string& local_error);
+
+// Gathers one string per rank to every rank.
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine);
+
+}  // namespace tandem

@@ -1,1 +1,110 @@
-int main() { return 0; }
+// tandem: GRPO post-training of language models as one MPI batch application.
+//
+//   tandem [DECK] [--section.key=value ...]   run a job (no DECK: the embedded default)
+//   tandem --check DECK [overrides]           validate and print the resolved deck
+//   tandem --help | --version
+//   tandem tokenize --tokenizer PATH [--decode]
+#include <mpi.h>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "deck/deck.h"
+#include "driver/default_deck.h"
+#include "driver/run_job.h"
+#include "tasks/tokenize_command.h"
+
+namespace {
+
+constexpr int kExitDeckError = 2;
+
+void print_usage(std::ostream& out) {
+  out << "tandem " TANDEM_VERSION " (" TANDEM_GIT_REVISION ")\n"
+      << "GRPO post-training of language-model policies, one MPI rank per GPU.\n\n"
+      << "usage:\n"
+      << "  mpirun -np N tandem [DECK] [--section.key=value ...]   run a job (no DECK: the embedded default)\n"
+      << "  tandem --check DECK [--section.key=value ...]          validate, print the resolved deck, exit\n"
+      << "  tandem tokenize --tokenizer PATH [--decode]           text lines on stdin -> token ids (or back)\n"
+      << "  tandem --help | --version\n\n"
+      << "Deck options (file: [section] then key = value; command line: --section.key=value):\n";
+}
+
+struct Arguments {
+  bool check = false;
+  std::string deck_path;  // empty: the embedded default deck
+  std::vector<std::string> overrides;
+};
+
+Arguments parse_arguments(int argc, char** argv) {
+  Arguments args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--check")
+      args.check = true;
+    else if (arg.rfind("--", 0) == 0)
+      args.overrides.push_back(arg);
+    else if (args.deck_path.empty())
+      args.deck_path = arg;
+    else
+      throw tandem::DeckError("command line", 0, "", "a second deck file '" + arg + "' (give one deck, then --section.key=value overrides)");
+  }
+  return args;
+}
+
+tandem::Deck load_deck(const Arguments& args) {
+  if (args.deck_path.empty()) return tandem::Deck::load_text(tandem::embedded_default_deck(), "<embedded default deck>", args.overrides);
+  return tandem::Deck::load_file(args.deck_path, args.overrides);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    if (first == "--help" || first == "-h") {
+      print_usage(std::cout);
+      tandem::print_deck_help(std::cout);
+      return 0;
+    }
+    if (first == "--version") {
+      std::cout << "tandem " TANDEM_VERSION " (" TANDEM_GIT_REVISION ")\n";
+      return 0;
+    }
+    if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);
+  }
+
+  Arguments args;
+  try {
+    args = parse_arguments(argc, argv);
+    if (args.check) {
+      // No MPI, no GPU: a check is safe on a login node.
+      const tandem::Deck deck = load_deck(args);
+      std::cout << deck.resolved_text();
+      return 0;
+    }
+  } catch (const tandem::DeckError& error) {
+    std::cerr << "tandem: " << error.what() << "\n";
+    return kExitDeckError;
+  }
+
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int status = 0;
+  try {
+    // Every rank parses the deck, so every rank fails alike on a bad one.
+    const tandem::Deck deck = load_deck(args);
+    status = tandem::run_job(deck, MPI_COMM_WORLD);
+  } catch (const tandem::DeckError& error) {
+    if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
+    status = kExitDeckError;
+  } catch (const std::exception& error) {
+    std::cerr << "tandem: rank " << rank << ": " << error.what() << "\n";
+    // A rank failing alone would leave the others waiting in a collective.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}

@@ -1,0 +1,46 @@
+// The one table of deck options. Add an option with one line here:
+//   {key, type, default, unit, help, range, choices}
+#include "deck/options.h"
+
+namespace tandem {
+
+const std::vector<OptionSpec>& tandem_options() {
+  using enum OptionType;
+  static const std::vector<OptionSpec> options = {
+      {"run.name", String, "default", "", "name of this run; its files go to <output-dir>/<name>"},
+      {"run.output-dir", String, "runs", "", "folder that holds the run folders"},
+      {"run.seed", Int, "1234", "", "seed of every random stream (model init, data order, sampling)", at_least(0)},
+      {"run.steps", Int, "20", "steps", "GRPO steps to run", at_least(0)},
+      {"run.restart", String, "auto", "", "auto = resume from the run folder's newest checkpoint if any, never = start fresh, or a checkpoint file"},
+      {"run.checkpoint-every", Int, "5", "steps", "write a checkpoint every this many steps; 0 = never", at_least(0)},
+      {"run.keep-checkpoints", Int, "3", "", "checkpoints kept in the run folder; older ones are deleted", at_least(1)},
+
+      {"world.device", Choice, "auto", "", "where to compute; auto = cuda when a GPU is visible, else cpu", {}, {"auto", "cpu", "cuda"}},
+      {"world.log-level", Choice, "info", "", "least severe message written to the log", {}, {"trace", "debug", "info", "warning", "error"}},
+      {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
+      {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
+
+      {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
+      {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},
+      {"memory.offload-rollout-level", List, "kv_cache,weight", "", "what the rollout engine releases when it offloads", {}, {"kv_cache", "weight"}},
+      {"memory.colocate-memory-peak-device", Choice, "cpu", "", "where the handoff's memory peak lands: cpu = host briefly holds both weight copies, gpu = the GPU does (needs both offloads)", {}, {"cpu", "gpu"}},
+      {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
+
+      {"model.path", Path, "", "", "Hugging Face model folder; empty = tandem creates a tiny random model from the sizes below"},
+      {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},
+      {"model.hidden", Int, "64", "", "hidden size", at_least(1)},
+      {"model.heads", Int, "4", "", "query heads", at_least(1)},
+      {"model.kv-heads", Int, "2", "", "key/value heads (grouped-query attention)", at_least(1)},
+      {"model.head-dim", Int, "16", "", "size of one attention head", at_least(1)},
+      {"model.intermediate", Int, "128", "", "MLP intermediate size", at_least(1)},
+      {"model.vocab", Int, "64", "", "vocabulary size", at_least(1)},
+      {"model.tie-embeddings", Bool, "true", "", "the output projection shares the token embedding"},
+      {"model.rope-theta", Double, "10000", "", "RoPE base frequency", above(0)},
+      {"model.rms-eps", Double, "1e-6", "", "epsilon of RMSNorm", above(0)},
+      {"model.qk-norm", Bool, "true", "", "RMSNorm on queries and keys per head (Qwen3)"},
+      {"model.dtype", Choice, "bf16", "", "working precision on CUDA; CPU always computes in f32", {}, {"f32", "bf16"}},
+  };
+  return options;
+}
+
+}  // namespace tandem

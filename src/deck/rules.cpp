@@ -1,0 +1,63 @@
+// Each rule names every key involved and reports at the one set last (the command line, else
+// the latest line), since that is most often the edit that broke the agreement.
+#include "deck/rules.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace tandem {
+namespace {
+
+int recency(const Source& source) {
+  switch (source.kind) {
+    case Source::Kind::Default: return 0;
+    case Source::Kind::File: return source.line;
+    case Source::Kind::CommandLine: return 1 << 30;
+  }
+  return 0;
+}
+
+[[noreturn]] void contradiction(const Deck& deck, const std::vector<std::string>& keys, const std::string& reason) {
+  const std::string blamed = *std::max_element(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
+    return recency(deck.source(a)) < recency(deck.source(b));
+  });
+  std::string values;
+  for (const std::string& key : keys)
+    values += (values.empty() ? "" : ", ") + key + " = " + deck.text(key) + " (" + deck.source(key).describe() + ")";
+  throw DeckError(deck.source(blamed), blamed, reason + "; here " + values);
+}
+
+// Moving the handoff's peak onto the GPU only fits when each side has left the GPU first.
+void gpu_peak_needs_both_offloads(const Deck& deck) {
+  if (deck.get<std::string>("memory.colocate-memory-peak-device") != "gpu") return;
+  if (deck.get<bool>("memory.offload-train") && deck.get<bool>("memory.offload-rollout")) return;
+  contradiction(deck, {"memory.colocate-memory-peak-device", "memory.offload-train", "memory.offload-rollout"},
+                "colocate-memory-peak-device = gpu needs offload-train = true and offload-rollout = true");
+}
+
+// Grouped-query attention shares each key/value head among heads / kv-heads query heads.
+void heads_divisible_by_kv_heads(const Deck& deck) {
+  if (deck.get<int64_t>("model.heads") % deck.get<int64_t>("model.kv-heads") == 0) return;
+  contradiction(deck, {"model.heads", "model.kv-heads"}, "model.heads must be divisible by model.kv-heads");
+}
+
+void restart_is_auto_never_or_checkpoint(const Deck& deck) {
+  const std::string restart = deck.get<std::string>("run.restart");
+  if (restart == "auto" || restart == "never") return;
+  const std::string expected = ": expected auto, never, or the path of an existing checkpoint file";
+  if (!std::filesystem::exists(restart)) throw DeckError(deck.source("run.restart"), "run.restart", "missing file '" + restart + "'" + expected);
+  if (std::filesystem::is_directory(restart)) throw DeckError(deck.source("run.restart"), "run.restart", "'" + restart + "' is a folder" + expected);
+}
+
+}  // namespace
+
+const std::vector<DeckRule>& tandem_rules() {
+  static const std::vector<DeckRule> rules = {
+      gpu_peak_needs_both_offloads,
+      heads_divisible_by_kv_heads,
+      restart_is_auto_never_or_checkpoint,
+  };
+  return rules;
+}
+
+}  // namespace tandem

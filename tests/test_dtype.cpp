@@ -4,7 +4,11 @@
 #include <stdexcept>
 
 #include "tensor/dtype.h"
+#include "tensor/bf16.h"
 #include "tensor/tensor.h"
+
+#include <cmath>
+#include <limits>
 
 using namespace tandem;
 
@@ -45,4 +49,14 @@ TEST(Tensor, ViewIsContiguousRowMajor) {
   t.strides = {1, 2, 6};
   EXPECT_FALSE(t.is_contiguous());
   EXPECT_EQ(Tensor::view(storage, DType::BF16, Device::CUDA, {28, 1024}).describe(), "BF16[28,1024] cuda");
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.00390625f), 0x3f80);  // exactly half way, even stays
+  EXPECT_EQ(float_to_bf16(1.01171875f), 0x3f82);  // half way above an odd: rounds up to even
+  EXPECT_EQ(float_to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  for (float x : {0.0f, 3.140625f, -0.5f, 65280.0f}) EXPECT_EQ(bf16_to_float(float_to_bf16(x)), x);
 }

@@ -38,6 +38,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"model.rope-theta", Double, "10000", "", "RoPE base frequency", above(0)},
       {"model.rms-eps", Double, "1e-6", "", "epsilon of RMSNorm", above(0)},
       {"model.qk-norm", Bool, "true", "", "RMSNorm on queries and keys per head (Qwen3)"},
+      {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
+
       {"model.dtype", Choice, "bf16", "", "working precision on CUDA; CPU always computes in f32", {}, {"f32", "bf16"}},
   };
   return options;

@@ -1,0 +1,33 @@
+#include "driver/model_from_deck.h"
+
+#include <filesystem>
+
+namespace tandem {
+
+ModelConfig model_config_from_deck(const Deck& deck) {
+  const std::string path = deck.get<std::string>("model.path");
+  if (!path.empty()) return ModelConfig::from_hf_json(std::filesystem::path(path) / "config.json");
+  ModelConfig config;
+  config.arch = Architecture::Qwen3;
+  config.layers = static_cast<int>(deck.get<int64_t>("model.layers"));
+  config.hidden = static_cast<int>(deck.get<int64_t>("model.hidden"));
+  config.heads = static_cast<int>(deck.get<int64_t>("model.heads"));
+  config.kv_heads = static_cast<int>(deck.get<int64_t>("model.kv-heads"));
+  config.head_dim = static_cast<int>(deck.get<int64_t>("model.head-dim"));
+  config.intermediate = static_cast<int>(deck.get<int64_t>("model.intermediate"));
+  config.vocab = static_cast<int>(deck.get<int64_t>("model.vocab"));
+  config.rope_theta = deck.get<double>("model.rope-theta");
+  config.rms_eps = deck.get<double>("model.rms-eps");
+  config.qk_norm = deck.get<bool>("model.qk-norm");
+  config.tie_embeddings = deck.get<bool>("model.tie-embeddings");
+  config.validate();
+  return config;
+}
+
+DType working_dtype_from_deck(const Deck& deck, Device device) {
+  // The CPU backend is the FP32 reference whatever the deck says.
+  if (device == Device::CPU) return DType::F32;
+  return deck.get<std::string>("model.dtype") == "bf16" ? DType::BF16 : DType::F32;
+}
+
+}  // namespace tandem

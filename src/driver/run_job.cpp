@@ -1,0 +1,263 @@
+#include "driver/run_job.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "driver/colocated_memory.h"
+#include "driver/handoff_plan.h"
+#include "driver/model_from_deck.h"
+#include "io/checkpoint.h"
+#include "io/run_file.h"
+#include "tensor/device_copy.h"
+#include "world/gpu.h"
+#include "world/log.h"
+#include "world/phase_timers.h"
+#include "world/table.h"
+#include "world/world.h"
+
+namespace tandem {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
+  return text;
+}
+
+HandoffConfig handoff_config_from_deck(const Deck& deck) {
+  HandoffConfig config;
+  config.offload_train = deck.get<bool>("memory.offload-train");
+  config.offload_rollout = deck.get<bool>("memory.offload-rollout");
+  const auto level = deck.get<std::vector<std::string>>("memory.offload-rollout-level");
+  config.level_kv_cache = std::find(level.begin(), level.end(), "kv_cache") != level.end();
+  config.level_weight = std::find(level.begin(), level.end(), "weight") != level.end();
+  config.peak_device = deck.get<std::string>("memory.colocate-memory-peak-device") == "gpu" ? PeakDevice::Gpu : PeakDevice::Cpu;
+  return config;
+}
+
+std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
+                          DType working_dtype, const fs::path& folder) {
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"version", std::string(TANDEM_VERSION) + " (" + TANDEM_GIT_REVISION + ")"},
+      {"run folder", folder.string()},
+      {"ranks", std::to_string(world.size())},
+      {"backend", world.device() == Device::CUDA ? "cuda (NCCL collectives)" : "cpu (MPI collectives)"},
+      {"", ""},
+  };
+  for (const RankPlacement& p : world.placements())
+    rows.push_back({"rank " + std::to_string(p.rank), p.host + " local " + std::to_string(p.local_rank) + " " + p.device});
+  rows.push_back({"", ""});
+  rows.push_back({"model", deck.get<std::string>("model.path").empty() ? "tiny " + std::string(architecture_hf_name(model.arch)) + " (created by tandem)"
+                                                                         : deck.get<std::string>("model.path")});
+  rows.push_back({"layers / hidden", std::to_string(model.layers) + " / " + std::to_string(model.hidden)});
+  rows.push_back({"heads / kv heads / head dim",
+                  std::to_string(model.heads) + " / " + std::to_string(model.kv_heads) + " / " + std::to_string(model.head_dim)});
+  rows.push_back({"intermediate / vocab", std::to_string(model.intermediate) + " / " + std::to_string(model.vocab)});
+  rows.push_back({"parameters", std::to_string(layout.parameter_count())});
+  rows.push_back({"working dtype", dtype_name(working_dtype)});
+  rows.push_back({"", ""});
+  rows.push_back({"master weights + AdamW (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
+  rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
+  rows.push_back({"working + engine copies", format_bytes(2.0 * layout.slab_bytes(working_dtype))});
+  rows.push_back({"KV cache", format_bytes(deck.get<Bytes>("rollout.kv-cache").value)});
+  rows.push_back({"offload", "train " + deck.text("memory.offload-train") + ", rollout " + deck.text("memory.offload-rollout") +
+                                 " (" + deck.text("memory.offload-rollout-level") + "), peak on " +
+                                 deck.text("memory.colocate-memory-peak-device")});
+  return format_box("tandem setup", rows);
+}
+
+// Per-step metrics of the pool: current and peak bytes per tag, device and host.
+void add_memory_metrics(MetricValues& metrics, const MemoryStats& stats) {
+  metrics.push_back({"memory/device_peak", static_cast<double>(stats.device_peak)});
+  metrics.push_back({"memory/host_peak", static_cast<double>(stats.host_peak)});
+  for (const auto& [tag, usage] : stats.per_tag) {
+    metrics.push_back({"memory/" + tag + "/device_peak", static_cast<double>(usage.device_peak)});
+    metrics.push_back({"memory/" + tag + "/host_peak", static_cast<double>(usage.host_peak)});
+  }
+}
+
+std::string rng_state(const std::mt19937_64& rng) {
+  std::ostringstream out;
+  out << rng;
+  return out.str();
+}
+
+struct CheckpointTensors {
+  std::vector<float> master, exp_avg, exp_avg_sq;
+};
+
+}  // namespace
+
+int run_job(const Deck& deck, MPI_Comm comm) {
+  auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
+                                                static_cast<int>(deck.get<int64_t>("world.threads"))});
+  init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
+  const bool root = world->rank() == 0;
+  const fs::path folder = fs::path(deck.get<std::string>("run.output-dir")) / deck.get<std::string>("run.name");
+  std::string error;
+  if (root) {
+    std::error_code failure;
+    fs::create_directories(folder, failure);
+    if (failure) error = "cannot create the run folder " + folder.string() + ": " + failure.message();
+  }
+  fail_together(comm, error);
+  add_log_file(folder);
+
+  const ModelConfig model = model_config_from_deck(deck);
+  const ParameterLayout layout(model);
+  const DType working_dtype = working_dtype_from_deck(deck, world->device());
+  TLOG(info) << "tandem " << TANDEM_VERSION << " (" << TANDEM_GIT_REVISION << "), resolved deck:\n" << deck.resolved_text();
+  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder);
+
+  PoolOptions pool_options;
+  pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
+  auto pool = MemoryPool::create(world->device(), std::max(world->gpu(), 0), pool_options);
+  ColocatedMemory memory(*pool, layout, working_dtype, deck.get<Bytes>("rollout.kv-cache").value);
+  HandoffExecutor handoff(*pool, handoff_config_from_deck(deck), [&] { memory.sync_weights(); },
+                          [&](const std::vector<std::string>& names) { memory.rebuild(names); });
+
+  // Restart: the newest complete checkpoint of this run, a named one, or none.
+  const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(world->rank()));
+  int64_t step = 0, data_cursor = 0;
+  const std::string restart = deck.get<std::string>("run.restart");
+  std::optional<fs::path> resume_from;
+  if (restart == "auto") {
+    const CheckpointSearch search = find_latest_checkpoint(folder);
+    for (const auto& skipped : search.skipped) TLOG(warning) << "skipping checkpoint " << skipped;
+    resume_from = search.latest;
+  } else if (restart != "never") {
+    resume_from = fs::path(restart);
+  }
+  if (resume_from) {
+    const Checkpoint checkpoint = Checkpoint::open(*resume_from);
+    if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
+      throw std::runtime_error(resume_from->string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
+                               " ranks, this job has " + std::to_string(world->size()));
+    std::vector<float> host(static_cast<size_t>(layout.slab_elements()));
+    const std::pair<const char*, Tensor> slabs[] = {
+        {"master.", memory.master()}, {"adamw.exp_avg.", memory.exp_avg()}, {"adamw.exp_avg_sq.", memory.exp_avg_sq()}};
+    for (const auto& [prefix, slab] : slabs) {
+      for (const ParameterInfo& info : layout.tensors())
+        checkpoint.read_tensor(prefix + info.name, Tensor::view(host.data() + info.offset, DType::F32, Device::CPU, info.shape));
+      copy_host_to_tensor(slab, host.data());
+    }
+    memory.rebuild({"trainer.working_weights"});
+    std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
+    step = checkpoint.step();
+    data_cursor = checkpoint.data_cursor();
+    TLOG(info) << "resumed from " << resume_from->string() << " at step " << step;
+  } else {
+    memory.initialise_weights(seed);
+  }
+
+  std::optional<RunFile> run_file;
+  if (root) {
+    const fs::path path = folder / kRunFileName;
+    if (fs::exists(path) && resume_from) {
+      run_file = RunFile::open(path);
+      run_file->truncate_after(step);
+    } else {
+      if (fs::exists(path)) fs::remove(path);  // a fresh start replaces the old run's record
+      std::vector<std::string> devices;
+      for (const RankPlacement& p : world->placements()) devices.push_back(p.device + " @ " + p.host);
+      run_file = RunFile::create(path, RunInfo{deck.resolved_text(), TANDEM_VERSION, TANDEM_GIT_REVISION, world->size(), devices, now_iso8601()});
+    }
+  }
+
+  const int64_t steps = deck.get<int64_t>("run.steps");
+  const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
+  const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
+  PhaseTimers timers;
+  const auto loop_start = std::chrono::steady_clock::now();
+  {
+    ScopedPhase phase(timers, "handoff");
+    handoff.run(HandoffPoint::Startup);
+    handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
+  }
+  std::string last_checkpoint;
+  while (step < steps) {
+    ++step;
+    set_log_step(step);
+    MetricValues metrics;
+    pool->reset_peaks();
+    HandoffReport to_train, to_rollout;
+    {
+      ScopedPhase phase(timers, "handoff");
+      to_train = handoff.run(HandoffPoint::AfterGenerate);
+    }
+    double allreduce_seconds = 0;
+    {
+      // The data-parallel gradient exchange of the train phase: a sum over ranks.
+      ScopedPhase phase(timers, "grad_allreduce");
+      const auto start = std::chrono::steady_clock::now();
+      const Tensor grads = memory.grads();
+      world->communicator().all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
+      world->communicator().synchronize();
+      allreduce_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    data_cursor += world->size();
+    if (checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) {
+      // The trainer's state is on the device between train and the next handoff.
+      ScopedPhase phase(timers, "checkpoint");
+      const auto states = all_gather_strings(comm, rng_state(rng));
+      if (root) {
+        CheckpointTensors host;
+        CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
+        const std::pair<std::string, std::pair<std::vector<float>*, Tensor>> slabs[] = {
+            {"master.", {&host.master, memory.master()}},
+            {"adamw.exp_avg.", {&host.exp_avg, memory.exp_avg()}},
+            {"adamw.exp_avg_sq.", {&host.exp_avg_sq, memory.exp_avg_sq()}}};
+        for (const auto& [prefix, target] : slabs) {
+          target.first->resize(static_cast<size_t>(layout.slab_elements()));
+          copy_tensor_to_host(target.first->data(), target.second);
+          for (const ParameterInfo& info : layout.tensors())
+            contents.tensors.push_back({prefix + info.name, Tensor::view(target.first->data() + info.offset, DType::F32, Device::CPU, info.shape)});
+        }
+        last_checkpoint = write_checkpoint(folder, contents, keep).string();
+      }
+    }
+    {
+      ScopedPhase phase(timers, "handoff");
+      to_rollout = handoff.run(HandoffPoint::BeforeSync);
+    }
+    const MemoryStats stats = pool->stats();
+    const double grad_bytes = static_cast<double>(memory.grads().nbytes());
+    const double bus_gbps = world->size() > 1 && allreduce_seconds > 0
+                                ? 2.0 * (world->size() - 1) / world->size() * grad_bytes / allreduce_seconds / 1e9
+                                : 0.0;
+    const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
+    const double handoff_seconds = to_train.seconds + to_rollout.seconds;
+    metrics.push_back({"handoff/bytes", moved});
+    metrics.push_back({"handoff/seconds", handoff_seconds});
+    metrics.push_back({"handoff/after_generate_device_peak", static_cast<double>(to_train.device_peak)});
+    metrics.push_back({"handoff/after_generate_host_peak", static_cast<double>(to_train.host_peak)});
+    metrics.push_back({"handoff/before_sync_device_peak", static_cast<double>(to_rollout.device_peak)});
+    metrics.push_back({"handoff/before_sync_host_peak", static_cast<double>(to_rollout.host_peak)});
+    metrics.push_back({"allreduce/bus_gbps", bus_gbps});
+    metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
+    add_memory_metrics(metrics, stats);
+    for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
+    if (root) run_file->append_metrics(step, metrics);
+    TLOG(info) << "step " << step << "/" << steps << " | handoff " << format_bytes(moved) << " in "
+               << format_fixed(handoff_seconds * 1e3, 1) << " ms (" << format_fixed(handoff_seconds > 0 ? moved / handoff_seconds / 1e9 : 0, 1)
+               << " GB/s) | grad all-reduce " << format_bytes(grad_bytes) << " " << format_fixed(allreduce_seconds * 1e3, 2)
+               << " ms | peak device " << format_bytes(stats.device_peak) << " host " << format_bytes(stats.host_peak);
+  }
+  set_log_step(-1);
+  const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  const std::string table = timers.summary_table(comm, loop_seconds);
+  TLOG(info) << "run complete\n" << table << "outputs:\n  log         " << (folder / "tandem.log").string()
+             << "\n  run file    " << (folder / kRunFileName).string()
+             << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
+  return 0;
+}
+
+}  // namespace tandem

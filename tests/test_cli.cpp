@@ -1,0 +1,112 @@
+// The tandem program as a user drives it: --help, --check, deck errors and their exit
+// code, a short run on the CPU with checkpoints, and a restart that resumes it.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/run_file.h"
+#include "support.h"
+
+using namespace tandem;
+using tandem::testing::run_command;
+using tandem::testing::TempDir;
+
+namespace {
+
+std::string tandem_cmd(const std::string& args) { return tandem::testing::tandem_binary() + " " + args; }
+
+std::string mpirun(int np) {
+  return std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun --oversubscribe ") +
+         (getuid() == 0 ? "--allow-run-as-root " : "") + "-np " + std::to_string(np) + " ";
+}
+
+std::string short_run(const TempDir& dir, const std::string& name, int steps) {
+  return "--world.device=cpu --run.output-dir=" + dir.path().string() + " --run.name=" + name +
+         " --run.steps=" + std::to_string(steps) + " --run.checkpoint-every=2 --run.keep-checkpoints=5";
+}
+
+}  // namespace
+
+TEST(Cli, HelpListsEveryOptionBySection) {
+  const auto result = run_command(tandem_cmd("--help"));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  for (const char* text : {"usage:", "[run]", "[world]", "[memory]", "[model]", "colocate-memory-peak-device", "keep-checkpoints"})
+    EXPECT_NE(result.output.find(text), std::string::npos) << text << "\n" << result.output;
+}
+
+TEST(Cli, CheckPrintsTheResolvedDeckWithOverrides) {
+  TempDir dir;
+  tandem::testing::write_text(dir / "x.deck", "[run]\nsteps = 7\n");
+  const auto result = run_command(tandem_cmd("--check " + (dir / "x.deck").string() + " --run.seed=99"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("steps = 7"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("seed = 99"), std::string::npos) << result.output;
+}
+
+TEST(Cli, BadDeckExitsTwoWithFileLineAndKey) {
+  TempDir dir;
+  const auto deck = dir / "bad.deck";
+  tandem::testing::write_text(deck, "[run]\nsteps = 3\nstpes = 4\n");
+  for (const std::string& mode : {"--check ", ""}) {
+    const auto result = run_command(tandem_cmd(mode + deck.string()));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find(deck.string() + ":3"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("run.steps"), std::string::npos) << result.output;  // the suggestion
+  }
+  const auto missing = run_command(tandem_cmd("--check " + (dir / "none.deck").string()));
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+}
+
+TEST(Cli, RunWritesLogRunFileAndCheckpoints) {
+  TempDir dir;
+  const auto result = run_command(tandem_cmd(short_run(dir, "a", 4)));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto folder = dir.path() / "a";
+  EXPECT_NE(result.output.find("tandem setup"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("Loop time of"), std::string::npos) << result.output;
+  EXPECT_TRUE(std::filesystem::exists(folder / "tandem.log"));
+  EXPECT_TRUE(std::filesystem::exists(folder / "ckpt_00000002.h5"));
+  EXPECT_TRUE(std::filesystem::exists(folder / "ckpt_00000004.h5"));
+  const RunFile run = RunFile::open(folder / kRunFileName);
+  EXPECT_EQ(run.steps(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(run.info().ranks, 1);
+  EXPECT_NE(run.info().deck_text.find("steps = 4"), std::string::npos);
+}
+
+TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) {
+  TempDir dir;
+  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6))).exit_code, 0);
+  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "split", 4))).exit_code, 0);
+  const auto resumed = run_command(tandem_cmd(short_run(dir, "split", 6)));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("ckpt_00000004.h5 at step 4"), std::string::npos) << resumed.output;
+
+  const RunFile whole = RunFile::open(dir.path() / "whole" / kRunFileName);
+  const RunFile split = RunFile::open(dir.path() / "split" / kRunFileName);
+  EXPECT_EQ(split.steps(), whole.steps());
+  EXPECT_EQ(split.metric("data_cursor"), whole.metric("data_cursor"));
+  const Checkpoint a = Checkpoint::open(dir.path() / "whole" / "ckpt_00000006.h5");
+  const Checkpoint b = Checkpoint::open(dir.path() / "split" / "ckpt_00000006.h5");
+  EXPECT_EQ(a.rng_states(), b.rng_states());
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& info : a.tensors()) {
+    std::vector<float> x(64 * 1024), y(64 * 1024);
+    int64_t n = 1;
+    for (auto extent : info.shape) n *= extent;
+    x.resize(n), y.resize(n);
+    a.read_tensor(info.name, Tensor::view(x.data(), info.dtype, Device::CPU, info.shape));
+    b.read_tensor(info.name, Tensor::view(y.data(), info.dtype, Device::CPU, info.shape));
+    ASSERT_EQ(x, y) << info.name;
+  }
+}
+
+TEST(Cli, TwoRanksRunUnderMpirun) {
+  TempDir dir;
+  const auto result = run_command(mpirun(2) + tandem_cmd(short_run(dir, "two", 2)));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("on 2 ranks"), std::string::npos) << result.output;
+  const Checkpoint checkpoint = Checkpoint::open(dir.path() / "two" / "ckpt_00000002.h5");
+  EXPECT_EQ(checkpoint.rng_states().size(), 2u);
+  EXPECT_NE(checkpoint.rng_states()[0], checkpoint.rng_states()[1]);
+}

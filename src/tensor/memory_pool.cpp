@@ -76,27 +76,26 @@ class TaggedMemoryPool final : public MemoryPool {
 
   Allocation* allocate(Tag tag, size_t bytes, const std::string& name) override {
     std::lock_guard lock(mutex_);
-    const std::string what = "'" + name + "' (tag " + tag_name(tag) + ", " + bytes_text(bytes) + ")";
+    auto record = std::make_unique<Record>();
+    Allocation& allocation = record->allocation;
+    allocation = Allocation{nullptr, bytes, round_up(bytes, granularity()), tag, name, Residency::Resident};
+    const std::string what = describe(allocation);
     if (bytes == 0) throw std::invalid_argument("memory pool " + label() + ": allocation " + what + " is empty");
     if (tag_name(tag) == kPinnedCacheName)
       throw std::invalid_argument("memory pool " + label() + ": allocation " + what + ": the tag name " +
                                   kPinnedCacheName + " is reserved for the pinned host cache");
-    const size_t mapped = round_up(bytes, granularity());
-    require_capacity(mapped, "allocate " + what);
-    void* base = nullptr;
+    require_capacity(allocation.mapped_bytes, "allocate " + what);
     try {
-      base = backend_->reserve(mapped);
-      backend_->map(base, mapped, /*zeroed=*/true);
+      allocation.ptr = backend_->reserve(allocation.mapped_bytes);
+      backend_->map(allocation.ptr, allocation.mapped_bytes, /*zeroed=*/true);
     } catch (const std::exception& error) {
-      if (base) backend_->free_range(base, mapped);
+      if (allocation.ptr) backend_->free_range(allocation.ptr, allocation.mapped_bytes);
       throw std::runtime_error("memory pool " + label() + ": cannot allocate " + what + ": " + error.what());
     }
-    auto record = std::make_unique<Record>();
-    record->allocation = Allocation{base, bytes, mapped, tag, name, Residency::Resident};
-    ledgers_[tag.id].device.add(mapped);
-    device_total_.add(mapped);
+    ledgers_[tag.id].device.add(allocation.mapped_bytes);
+    device_total_.add(allocation.mapped_bytes);
     records_.push_back(std::move(record));
-    return &records_.back()->allocation;
+    return &allocation;
   }
 
   void release(Allocation* allocation) override {

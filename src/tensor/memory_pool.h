@@ -89,7 +89,8 @@ class MemoryPool {
   // allocations of the tag lose their host copy too: the tag's contents are given up.
   virtual TransferReport drop(Tag tag) = 0;
   // Map pages back at the same addresses; offloaded data is copied back and its host
-  // copy freed, dropped data comes back zeroed and is listed in TransferReport::rebuild.
+  // copy freed (or kept in the pinned host cache), dropped data comes back zeroed and is
+  // listed in TransferReport::rebuild.
   // Nothing off the device: a no-op.
   virtual TransferReport onload(Tag tag) = 0;
 

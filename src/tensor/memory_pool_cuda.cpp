@@ -113,10 +113,8 @@ class CudaMemoryBackend final : public MemoryPoolBackend {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate on " + device_label());
   }
 
-  ~CudaMemoryBackend() override {
-    OnDevice on(index_);
-    cudaStreamDestroy(stream_);
-  }
+  // No device switch here: a destructor must not throw, and the stream knows its device.
+  ~CudaMemoryBackend() override { cudaStreamDestroy(stream_); }
 
   Device device() const override { return Device::CUDA; }
   std::string device_label() const override { return "cuda:" + std::to_string(index_); }

@@ -58,8 +58,9 @@ struct TransferReport {
 inline constexpr const char* kPinnedCacheName = "pinned_cache";
 
 struct PoolOptions {
-  // Keep the host buffers that onload frees and hand them to the next offload of the same
-  // size: allocating GBs of pinned memory costs far more than copying into it.
+  // Keep the host buffers that onload frees and hand them to the next offload that fits
+  // (at most 1/8 larger than needed): allocating GBs of pinned memory costs far more
+  // than copying into it.
   bool pinned_host_cache = true;
   // Refuse to map more than this many device bytes (0: only the device's own limit).
   // Lets the CPU backend play a GPU of a given size, and caps the pool's share of one.

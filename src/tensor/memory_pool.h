@@ -2,7 +2,7 @@
 // whole tag can be offloaded to pinned host memory and onloaded back, or dropped when it
 // holds derived data that is cheaper to rebuild than to copy. Addresses are stable:
 // each allocation reserves its virtual range once and only its physical pages come and
-// go (CUDA virtual memory on the GPU, mmap/madvise on the CPU backend), so raw
+// go (CUDA virtual memory on the GPU, mmap on the CPU backend), so raw
 // pointers, Tensor views and captured CUDA graphs survive an offload/onload cycle.
 //
 // Allocations are meant to be few and large (llm.c style: one slab per tag and owner,
@@ -46,16 +46,32 @@ struct MemoryStats {
 struct TransferReport {
   std::string tag;
   size_t bytes = 0;                  // bytes copied between device and host
+  size_t device_bytes = 0;           // device bytes unmapped (offload, drop) or mapped (onload)
   size_t allocations = 0;            // allocations touched
   double seconds = 0;
   std::vector<std::string> rebuild;  // onload of dropped allocations: names to recompute
   double gb_per_s() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 };
 
+// Host buffers that hold offloaded data are accounted under this name in
+// MemoryStats::per_tag while the pinned host cache keeps them for reuse.
+inline constexpr const char* kPinnedCacheName = "pinned_cache";
+
+struct PoolOptions {
+  // Keep the host buffers that onload frees and hand them to the next offload that fits
+  // (at most 1/8 larger than needed): allocating GBs of pinned memory costs far more
+  // than copying into it.
+  bool pinned_host_cache = true;
+  // Refuse to map more than this many device bytes (0: only the device's own limit).
+  // Lets the CPU backend play a GPU of a given size, and caps the pool's share of one.
+  size_t device_capacity = 0;
+};
+
 class MemoryPool {
  public:
   // device_index is ignored for Device::CPU.
-  static std::unique_ptr<MemoryPool> create(Device device, int device_index = 0);
+  static std::unique_ptr<MemoryPool> create(Device device, int device_index = 0,
+                                            const PoolOptions& options = {});
   virtual ~MemoryPool() = default;
 
   virtual Device device() const = 0;
@@ -63,19 +79,27 @@ class MemoryPool {
 
   // Contents start zeroed. Throws std::runtime_error (naming tag, name and bytes) on OOM.
   virtual Allocation* allocate(Tag tag, size_t bytes, const std::string& name) = 0;
+  // Frees the allocation wherever it lives. Throws std::invalid_argument for a pointer
+  // this pool did not hand out (or already released).
   virtual void release(Allocation* allocation) = 0;
 
   // Copy every resident allocation of the tag to pinned host memory, then unmap its
   // device pages. No-op for allocations already off the device.
   virtual TransferReport offload(Tag tag) = 0;
-  // Unmap the device pages without copying (derived or discardable data).
+  // Unmap the device pages without copying (derived or discardable data). Offloaded
+  // allocations of the tag lose their host copy too: the tag's contents are given up.
   virtual TransferReport drop(Tag tag) = 0;
   // Map pages back at the same addresses; offloaded data is copied back and its host
-  // copy freed, dropped data comes back zeroed and is listed in TransferReport::rebuild.
+  // copy freed (or kept in the pinned host cache), dropped data comes back zeroed and is
+  // listed in TransferReport::rebuild.
+  // Nothing off the device: a no-op.
   virtual TransferReport onload(Tag tag) = 0;
 
   virtual MemoryStats stats() const = 0;
+  // Every peak (per tag and of the sums) restarts from the current bytes.
   virtual void reset_peaks() = 0;
+  // Frees every cached host buffer; returns the bytes given back to the system.
+  virtual size_t trim_host_cache() = 0;
   virtual std::vector<const Allocation*> allocations() const = 0;
 };
 

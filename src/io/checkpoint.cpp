@@ -1,0 +1,246 @@
+#include "io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <stdexcept>
+
+namespace tandem {
+
+namespace {
+
+constexpr const char* kFormat = "tandem checkpoint";
+constexpr int64_t kFormatVersion = 1;
+
+const std::regex& final_name_pattern() {
+  static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
+  return pattern;
+}
+
+const std::regex& temporary_name_pattern() {
+  static const std::regex pattern(R"(\.ckpt_\d+\.h5\.tmp)");
+  return pattern;
+}
+
+std::string padded_step(int64_t step) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%08lld", static_cast<long long>(step));
+  return text;
+}
+
+std::filesystem::path temporary_path(const std::filesystem::path& folder, int64_t step) {
+  return folder / (".ckpt_" + padded_step(step) + ".h5.tmp");
+}
+
+std::string rank_entry(size_t rank) {
+  char text[32];
+  std::snprintf(text, sizeof text, "rank_%05zu", rank);
+  return text;
+}
+
+// fsync of the file makes its bytes durable; fsync of the folder makes the rename durable.
+void fsync_path(const std::filesystem::path& path, bool is_folder) {
+  const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (is_folder ? O_DIRECTORY : 0));
+  if (descriptor < 0) throw std::runtime_error(path.string() + ": cannot open for fsync: " + std::strerror(errno));
+  if (::fsync(descriptor) != 0) {
+    const int error = errno;
+    ::close(descriptor);
+    throw std::runtime_error(path.string() + ": fsync failed: " + std::strerror(error));
+  }
+  ::close(descriptor);
+}
+
+void write_contents(const std::filesystem::path& path, const CheckpointContents& contents) {
+  hdf5::File file = hdf5::File::create(path);
+  file.set_attribute("format", kFormat);
+  file.set_attribute("format_version", kFormatVersion);
+  file.set_attribute("version", TANDEM_VERSION);
+  file.set_attribute("git_revision", TANDEM_GIT_REVISION);
+  file.set_attribute("step", contents.step);
+  file.set_attribute("data_cursor", contents.data_cursor);
+  file.write_string("deck", contents.deck_text);
+  {
+    const hdf5::Group rng = file.create_group("rng_states");
+    rng.set_attribute("ranks", static_cast<int64_t>(contents.rng_states.size()));
+    for (size_t rank = 0; rank < contents.rng_states.size(); ++rank) {
+      const std::string& state = contents.rng_states[rank];
+      // write_tensor only reads through the view.
+      rng.write_tensor(rank_entry(rank), Tensor::view(const_cast<char*>(state.data()), DType::U8, Device::CPU,
+                                                      {static_cast<int64_t>(state.size())}));
+    }
+  }
+  {
+    const hdf5::Group tensors = file.create_group("tensors");
+    for (const auto& [name, tensor] : contents.tensors) tensors.write_tensor(name, tensor);
+  }
+  file.set_attribute("complete", int64_t{1});
+  file.flush();
+  file.close();
+}
+
+struct FoundCheckpoint {
+  int64_t step;
+  std::filesystem::path path;
+};
+
+// Files named like checkpoints, newest step first.
+std::vector<FoundCheckpoint> checkpoints_in(const std::filesystem::path& folder) {
+  std::vector<FoundCheckpoint> found;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (entry.is_regular_file() && std::regex_match(name, match, final_name_pattern()))
+      found.push_back({std::stoll(match[1].str()), entry.path()});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
+  return found;
+}
+
+bool is_complete_checkpoint(const std::filesystem::path& path) {
+  try {
+    Checkpoint::open(path);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void remove_or_throw(const std::filesystem::path& path, const std::string& why) {
+  std::error_code error;
+  std::filesystem::remove(path, error);
+  if (error) throw std::runtime_error(path.string() + ": cannot remove " + why + ": " + error.message());
+}
+
+// Unusable files under a final name are left alone: the writer never produces them, so
+// they are evidence of something else going wrong, and find_latest_checkpoint skips them.
+void prune(const std::filesystem::path& folder, int64_t committed_step, int keep_last) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (std::regex_match(entry.path().filename().string(), temporary_name_pattern()))
+      remove_or_throw(entry.path(), "a stale temporary checkpoint");
+  int kept = 0;
+  for (const auto& checkpoint : checkpoints_in(folder)) {
+    if (checkpoint.step > committed_step) {
+      remove_or_throw(checkpoint.path, "a checkpoint after the restart step " + std::to_string(committed_step));
+    } else if (keep_last > 0 && is_complete_checkpoint(checkpoint.path)) {
+      if (kept < keep_last)
+        ++kept;
+      else
+        remove_or_throw(checkpoint.path, "a checkpoint beyond the newest " + std::to_string(keep_last));
+    }
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(int64_t step) { return "ckpt_" + padded_step(step) + ".h5"; }
+
+std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder, const CheckpointContents& contents) {
+  if (contents.step < 0) throw std::invalid_argument(folder.string() + ": checkpoint step " + std::to_string(contents.step) + " is negative");
+  std::filesystem::create_directories(folder);
+  const std::filesystem::path temporary = temporary_path(folder, contents.step);
+  try {
+    write_contents(temporary, contents);
+    fsync_path(temporary, false);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
+  return temporary;
+}
+
+std::filesystem::path commit_checkpoint(const std::filesystem::path& folder, int64_t step, int keep_last) {
+  const std::filesystem::path temporary = temporary_path(folder, step);
+  const std::filesystem::path final_path = folder / checkpoint_file_name(step);
+  if (!std::filesystem::exists(temporary))
+    throw std::runtime_error(temporary.string() + ": no temporary checkpoint of step " + std::to_string(step) + " to commit");
+  std::filesystem::rename(temporary, final_path);
+  fsync_path(folder, true);
+  prune(folder, step, keep_last);
+  return final_path;
+}
+
+std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents, int keep_last) {
+  write_checkpoint_temporary(folder, contents);
+  return commit_checkpoint(folder, contents.step, keep_last);
+}
+
+CheckpointSearch find_latest_checkpoint(const std::filesystem::path& folder) {
+  CheckpointSearch search;
+  if (!std::filesystem::is_directory(folder)) return search;
+  for (const auto& candidate : checkpoints_in(folder)) {
+    try {
+      const Checkpoint checkpoint = Checkpoint::open(candidate.path);
+      if (checkpoint.step() != candidate.step)
+        throw std::runtime_error(candidate.path.string() + ": holds step " + std::to_string(checkpoint.step()) +
+                                 ", not the step its name says");
+      search.latest = candidate.path;
+      return search;
+    } catch (const std::exception& error) {
+      search.skipped.push_back(error.what());
+    }
+  }
+  return search;
+}
+
+Checkpoint::Checkpoint(std::filesystem::path path, hdf5::File file) : path_(std::move(path)), file_(std::move(file)) {}
+
+Checkpoint Checkpoint::open(const std::filesystem::path& path) {
+  hdf5::File file = hdf5::File::open(path, hdf5::File::Access::ReadOnly);
+  if (!file.has_attribute("format") || file.string_attribute("format") != kFormat)
+    throw std::runtime_error(path.string() + ": not a tandem checkpoint (no format attribute '" + kFormat + "')");
+  const int64_t format_version = file.int_attribute("format_version");
+  if (format_version > kFormatVersion)
+    throw std::runtime_error(path.string() + ": checkpoint format version " + std::to_string(format_version) +
+                             " is newer than this tandem reads (" + std::to_string(kFormatVersion) + ")");
+  if (!file.has_attribute("complete") || file.int_attribute("complete") != 1)
+    throw std::runtime_error(path.string() + ": checkpoint is incomplete (its writer stopped before setting complete = 1)");
+
+  Checkpoint checkpoint(path, std::move(file));
+  const hdf5::File& opened = checkpoint.file_;
+  checkpoint.step_ = opened.int_attribute("step");
+  checkpoint.data_cursor_ = opened.int_attribute("data_cursor");
+  checkpoint.version_ = opened.string_attribute("version");
+  checkpoint.git_revision_ = opened.string_attribute("git_revision");
+  checkpoint.deck_text_ = opened.read_string("deck");
+  {
+    const hdf5::Group rng = opened.group("rng_states");
+    const int64_t ranks = rng.int_attribute("ranks");
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      const std::string entry = rank_entry(static_cast<size_t>(rank));
+      const hdf5::TensorInfo info = rng.tensor_info(entry);
+      if (info.dtype != DType::U8 || info.shape.size() != 1)
+        throw std::runtime_error(path.string() + ": /rng_states/" + entry + " is " + dtype_name(info.dtype) +
+                                 shape_string(info.shape) + ", expected U8 bytes");
+      std::string state(static_cast<size_t>(info.shape[0]), '\0');
+      rng.read_tensor(entry, Tensor::view(state.data(), DType::U8, Device::CPU, info.shape));
+      checkpoint.rng_states_.push_back(std::move(state));
+    }
+  }
+  const hdf5::Group tensors = opened.group("tensors");
+  for (const auto& name : tensors.dataset_names()) checkpoint.tensors_.push_back(tensors.tensor_info(name));
+  return checkpoint;
+}
+
+bool Checkpoint::has_tensor(const std::string& name) const {
+  return std::any_of(tensors_.begin(), tensors_.end(), [&](const auto& info) { return info.name == name; });
+}
+
+const hdf5::TensorInfo& Checkpoint::tensor(const std::string& name) const {
+  for (const auto& info : tensors_)
+    if (info.name == name) return info;
+  throw std::runtime_error(path_.string() + ": tensor '" + name + "' is missing (the checkpoint holds " +
+                           std::to_string(tensors_.size()) + " tensors)");
+}
+
+void Checkpoint::read_tensor(const std::string& name, const Tensor& destination) const {
+  tensor(name);  // a missing tensor fails here with the checkpoint's message
+  file_.group("tensors").read_tensor(name, destination);
+}
+
+}  // namespace tandem

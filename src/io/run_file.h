@@ -1,0 +1,64 @@
+// The run file (`runs/<name>/run.h5`): what ran (deck text, version, git revision, ranks,
+// the device of each rank) and a metrics table that grows by one row per step.
+//
+//   /                 attributes format, format_version, version, git_revision, ranks, started_at
+//   /deck             the resolved deck, one string
+//   /devices          one string per rank
+//   /metrics/step     int64, one row per appended step
+//   /metrics/<name>   float64, same length; NaN where the metric was not recorded
+//
+// h5py users read a column with `f['metrics/reward_mean'][:]`. Every operation opens the
+// file, works, flushes and closes it, so the file is only open (and only at risk from a
+// crash) for the milliseconds of one append, and readers can open it between appends.
+// Other groups (samples) can be added next to /metrics by later code.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+inline constexpr const char* kRunFileName = "run.h5";
+
+struct RunInfo {
+  std::string deck_text;
+  std::string version;
+  std::string git_revision;
+  int64_t ranks = 0;
+  std::vector<std::string> devices;  // one per rank, e.g. "cuda:0 NVIDIA H200 @ node12"
+  std::string started_at;            // ISO 8601
+};
+
+using MetricValues = std::vector<std::pair<std::string, double>>;
+
+class RunFile {
+ public:
+  // A new run file; refuses to overwrite an existing one (a restart reopens it instead).
+  static RunFile create(const std::filesystem::path& path, const RunInfo& info);
+  // An existing run file, checked to be one.
+  static RunFile open(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+  RunInfo info() const;
+
+  // One row: `step` must be larger than every step already in the table. Metrics absent
+  // from `values` get NaN in this row; a metric seen for the first time gets NaN in all
+  // earlier rows. Names may be nested ("perf/tokens_per_s"); "step" is reserved.
+  void append_metrics(int64_t step, const MetricValues& values) const;
+
+  // For a restart from the checkpoint of `step`: drops the rows of later steps, and the
+  // metrics that only those rows recorded, so the table matches an uninterrupted run.
+  void truncate_after(int64_t step) const;
+
+  std::vector<int64_t> steps() const;
+  std::vector<std::string> metric_names() const;  // without "step", in name order
+  std::vector<double> metric(const std::string& name) const;
+
+ private:
+  explicit RunFile(std::filesystem::path path) : path_(std::move(path)) {}
+  std::filesystem::path path_;
+};
+
+}  // namespace tandem

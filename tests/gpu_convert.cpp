@@ -14,7 +14,7 @@
 using namespace tandem;
 
 TEST(GpuConvert, F32ToBf16MatchesCpuTwinBitForBit) {
-  if (!testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
   auto pool = MemoryPool::create(Device::CUDA, 0);
   const size_t n = (size_t{1} << 22) + 3;  // an odd tail exercises the scalar path
   std::vector<float> input(n);

@@ -12,7 +12,8 @@ constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t W = 8 * MiB, KV = 6 * MiB, M = 2 * W, O = 2 * M, G = M, A = 4 * MiB, D = W;
 
 struct Colocated {
-  std::unique_ptr<MemoryPool> pool = MemoryPool::create(Device::CPU);
+  // No pinned cache: host bytes must fall when a copy comes back, to see the real peaks.
+  std::unique_ptr<MemoryPool> pool = MemoryPool::create(Device::CPU, 0, PoolOptions{.pinned_host_cache = false});
   int syncs = 0;
   std::vector<std::string> rebuilt;
   Colocated() {

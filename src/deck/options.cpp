@@ -26,6 +26,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.colocate-memory-peak-device", Choice, "cpu", "", "where the handoff's memory peak lands: cpu = host briefly holds both weight copies, gpu = the GPU does (needs both offloads)", {}, {"cpu", "gpu"}},
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
+      {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
+
       {"model.path", Path, "", "", "Hugging Face model folder; empty = tandem creates a tiny random model from the sizes below"},
       {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},
       {"model.hidden", Int, "64", "", "hidden size", at_least(1)},
@@ -38,8 +40,6 @@ const std::vector<OptionSpec>& tandem_options() {
       {"model.rope-theta", Double, "10000", "", "RoPE base frequency", above(0)},
       {"model.rms-eps", Double, "1e-6", "", "epsilon of RMSNorm", above(0)},
       {"model.qk-norm", Bool, "true", "", "RMSNorm on queries and keys per head (Qwen3)"},
-      {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
-
       {"model.dtype", Choice, "bf16", "", "working precision on CUDA; CPU always computes in f32", {}, {"f32", "bf16"}},
   };
   return options;

@@ -46,6 +46,11 @@ void ColocatedMemory::rebuild(const std::vector<std::string>& names) {
     if (name == working_->name) convert_f32(working(), master());
 }
 
-void ColocatedMemory::sync_weights() { convert_f32(engine_weights(), master()); }
+void ColocatedMemory::sync_weights() {
+  // In cpu peak mode the trainer sleeps during the sync: read its offloaded host copy.
+  const Tensor source = Tensor::view(const_cast<void*>(pool_.readable_data(master_)), DType::F32, pool_.device(),
+                                     {layout_.slab_elements()});
+  convert_f32(engine_weights(), source);
+}
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #pragma once
 #include "deck/deck.h"
 #include "model/config.h"
+#include "tensor/tensor.h"
 
 namespace tandem {
 ModelConfig model_config_from_deck(const Deck& deck);

@@ -98,6 +98,21 @@ class TaggedMemoryPool final : public MemoryPool {
     return &allocation;
   }
 
+  const void* readable_data(const Allocation* allocation) const override {
+    std::lock_guard lock(mutex_);
+    const auto found = std::find_if(records_.begin(), records_.end(),
+                                    [&](const auto& record) { return &record->allocation == allocation; });
+    if (found == records_.end())
+      throw std::invalid_argument("memory pool " + label() + ": readable_data of an unknown allocation");
+    switch (allocation->residency) {
+      case Residency::Resident: return allocation->ptr;
+      case Residency::Offloaded: return (*found)->backup.data;
+      case Residency::Dropped: break;
+    }
+    throw std::runtime_error("memory pool " + label() + ": allocation " + describe(*allocation) +
+                             " was dropped; its contents must be rebuilt before they can be read");
+  }
+
   void release(Allocation* allocation) override {
     std::lock_guard lock(mutex_);
     const auto found = std::find_if(records_.begin(), records_.end(),

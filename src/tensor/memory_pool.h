@@ -95,6 +95,12 @@ class MemoryPool {
   // Nothing off the device: a no-op.
   virtual TransferReport onload(Tag tag) = 0;
 
+  // Where the allocation's bytes can be read now without moving them: its device address
+  // when resident, its pinned host copy when offloaded (on CUDA the copy is mapped into
+  // the device's address space, so kernels read it over the bus). Lets the in-process
+  // weight sync read a sleeping trainer's weights. Throws for dropped allocations.
+  virtual const void* readable_data(const Allocation* allocation) const = 0;
+
   virtual MemoryStats stats() const = 0;
   // Every peak (per tag and of the sums) restarts from the current bytes.
   virtual void reset_peaks() = 0;

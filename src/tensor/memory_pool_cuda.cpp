@@ -161,7 +161,8 @@ class CudaMemoryBackend final : public MemoryPoolBackend {
   void* host_alloc(size_t bytes) override {
     OnDevice on(index_);
     void* host = nullptr;
-    check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes");
+    // Mapped: kernels may read an offloaded copy in place (MemoryPool::readable_data).
+    check(cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes");
     return host;
   }
 

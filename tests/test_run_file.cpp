@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -128,4 +132,33 @@ TEST(RunFile, H5dumpReadsTheRunFile) {
   const auto steps = run_command("h5dump -d /metrics/step " + path.string());
   ASSERT_EQ(steps.exit_code, 0) << steps.output;
   EXPECT_NE(steps.output.find("1, 2, 3"), std::string::npos) << steps.output;
+}
+
+// A user inspecting the run in h5py (which locks the files it opens) must not make the
+// run's next append fail.
+TEST(RunFile, AppendsWhileAnotherProcessHasTheFileOpen) {
+  TempDir dir;
+  const auto path = dir / kRunFileName;
+  const RunFile run = RunFile::create(path, two_rank_info());
+  run.append_metrics(1, {{"loss", 1.0}});
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t reader = fork();
+  ASSERT_GE(reader, 0);
+  if (reader == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // default access: locking on
+    const char opened = file >= 0 ? 'y' : 'n';
+    if (write(ready[1], &opened, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char opened = 0;
+  ASSERT_EQ(read(ready[0], &opened, 1), 1);
+  EXPECT_EQ(opened, 'y');
+  EXPECT_NO_THROW(run.append_metrics(2, {{"loss", 0.5}}));
+  kill(reader, SIGKILL);
+  waitpid(reader, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(run.steps(), (std::vector<int64_t>{1, 2}));
 }

@@ -142,11 +142,62 @@ void require_host_contiguous(const Tensor& tensor, const std::string& where) {
   if (tensor.numel() > 0 && !tensor.data) throw std::invalid_argument(where + ": tensor " + tensor.describe() + " has no data pointer");
 }
 
+// A tensor's dataset, opened and checked against its dtype and shape attributes.
 struct OpenTensor {
   Handle dataset;
   Handle type;
   TensorInfo info;
 };
+
+void write_string_dataset(const Group& group, const std::string& name, const std::vector<std::string>& texts,
+                          Handle space, const std::string& where) {
+  validate_name(name, group.file());
+  Handle type = utf8_string_type(where);
+  Handle links = link_creation_with_parents(where);
+  Handle dataset = checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
+                           H5Dclose, where + ": cannot create the dataset");
+  std::vector<const char*> pointers;
+  for (const auto& text : texts) pointers.push_back(text.c_str());
+  if (!texts.empty())
+    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), where + ": cannot write the dataset");
+}
+
+OpenTensor open_tensor(const Group& group, const std::string& name) {
+  const std::string where = group.file() + ": tensor " + quoted(name);
+  if (!group.contains(name)) throw std::runtime_error(where + " is missing");
+  OpenTensor opened;
+  opened.dataset = checked(H5Dopen2(group.id(), name.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open the dataset");
+  const std::string dtype_text = read_string_attribute(opened.dataset.get(), "dtype", where);
+  try {
+    opened.info.dtype = dtype_from_name(dtype_text);
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(where + ": " + error.what());
+  }
+  opened.info.name = name;
+  opened.info.shape = read_shape_attribute(opened.dataset.get(), where);
+  Handle space = checked(H5Dget_space(opened.dataset.get()), H5Sclose, where + ": cannot read the dataspace");
+  const std::vector<int64_t> stored_shape = to_shape(extents_of(space.get(), where));
+  if (stored_shape != opened.info.shape)
+    throw std::runtime_error(where + ": shape attribute " + shape_string(opened.info.shape) +
+                             " disagrees with the dataset's extents " + shape_string(stored_shape));
+  // Reading through a different type would make HDF5 convert values, so the stored type
+  // must be exactly the one this dtype is written as.
+  opened.type = file_type_of(opened.info.dtype);
+  Handle stored_type = checked(H5Dget_type(opened.dataset.get()), H5Tclose, where + ": cannot read the dataset type");
+  if (!check_bool(H5Tequal(stored_type.get(), opened.type.get()), where + ": cannot compare types"))
+    throw std::runtime_error(where + ": stored as a " + std::to_string(H5Tget_size(stored_type.get())) +
+                             "-byte HDF5 type that does not hold " + dtype_text + " bits");
+  return opened;
+}
+
+// tandem needs no HDF5 file locks: only rank 0 writes, checkpoints appear by rename, and
+// a lock would let a user's open h5py session make the run's next metrics append fail.
+// Parallel file systems that refuse flock (Lustre without -o flock) would fail too.
+Handle access_without_locking(const std::string& where) {
+  Handle access = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, where + ": cannot create a file access list");
+  check(H5Pset_file_locking(access.get(), 0, 1), where + ": cannot disable file locking");
+  return access;
+}
 
 }  // namespace
 
@@ -207,6 +258,7 @@ void validate_name(const std::string& name, const std::string& where) {
 }
 
 Handle file_type_of(DType dtype) {
+  silence_error_printing();
   const std::string where = std::string("HDF5 type for ") + dtype_name(dtype);
   auto copy = [&](hid_t type) { return checked(H5Tcopy(type), H5Tclose, where + ": cannot copy a type"); };
   switch (dtype) {
@@ -315,23 +367,6 @@ std::string Group::string_attribute(const std::string& name) const {
 
 int64_t Group::int_attribute(const std::string& name) const { return read_int_attribute(id(), name, file_ + ": " + path_); }
 
-namespace {
-
-void write_string_dataset(const Group& group, const std::string& name, const std::vector<std::string>& texts,
-                          Handle space, const std::string& where) {
-  validate_name(name, group.file());
-  Handle type = utf8_string_type(where);
-  Handle links = link_creation_with_parents(where);
-  Handle dataset = checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
-                           H5Dclose, where + ": cannot create the dataset");
-  std::vector<const char*> pointers;
-  for (const auto& text : texts) pointers.push_back(text.c_str());
-  if (!texts.empty())
-    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), where + ": cannot write the dataset");
-}
-
-}  // namespace
-
 void Group::write_string(const std::string& name, const std::string& text) const {
   const std::string where = file_ + ": " + describe(name);
   write_string_dataset(*this, name, {text}, scalar_space(where), where);
@@ -387,38 +422,6 @@ void Group::write_tensor(const std::string& name, const Tensor& tensor) const {
   write_shape_attribute(dataset.get(), tensor.shape, where);
 }
 
-namespace {
-
-OpenTensor open_tensor(const Group& group, const std::string& name) {
-  const std::string where = group.file() + ": tensor " + quoted(name);
-  if (!group.contains(name)) throw std::runtime_error(where + " is missing");
-  OpenTensor opened;
-  opened.dataset = checked(H5Dopen2(group.id(), name.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open the dataset");
-  const std::string dtype_text = read_string_attribute(opened.dataset.get(), "dtype", where);
-  try {
-    opened.info.dtype = dtype_from_name(dtype_text);
-  } catch (const std::invalid_argument& error) {
-    throw std::runtime_error(where + ": " + error.what());
-  }
-  opened.info.name = name;
-  opened.info.shape = read_shape_attribute(opened.dataset.get(), where);
-  Handle space = checked(H5Dget_space(opened.dataset.get()), H5Sclose, where + ": cannot read the dataspace");
-  const std::vector<int64_t> stored_shape = to_shape(extents_of(space.get(), where));
-  if (stored_shape != opened.info.shape)
-    throw std::runtime_error(where + ": shape attribute " + shape_string(opened.info.shape) +
-                             " disagrees with the dataset's extents " + shape_string(stored_shape));
-  // Reading through a different type would make HDF5 convert values, so the stored type
-  // must be exactly the one this dtype is written as.
-  opened.type = file_type_of(opened.info.dtype);
-  Handle stored_type = checked(H5Dget_type(opened.dataset.get()), H5Tclose, where + ": cannot read the dataset type");
-  if (!check_bool(H5Tequal(stored_type.get(), opened.type.get()), where + ": cannot compare types"))
-    throw std::runtime_error(where + ": stored as a " + std::to_string(H5Tget_size(stored_type.get())) +
-                             "-byte HDF5 type that does not hold " + dtype_text + " bits");
-  return opened;
-}
-
-}  // namespace
-
 TensorInfo Group::tensor_info(const std::string& name) const { return open_tensor(*this, name).info; }
 
 void Group::read_tensor(const std::string& name, const Tensor& destination) const {
@@ -438,19 +441,6 @@ void Group::read_tensor(const std::string& name, const Tensor& destination) cons
 }
 
 // ---- File ----
-
-namespace {
-
-// tandem needs no HDF5 file locks: only rank 0 writes, checkpoints appear by rename, and
-// a lock would let a user's open h5py session make the run's next metrics append fail.
-// Parallel file systems that refuse flock (Lustre without -o flock) would fail too.
-Handle access_without_locking(const std::string& where) {
-  Handle access = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, where + ": cannot create a file access list");
-  check(H5Pset_file_locking(access.get(), 0, 1), where + ": cannot disable file locking");
-  return access;
-}
-
-}  // namespace
 
 File File::create(const std::filesystem::path& path) {
   silence_error_printing();

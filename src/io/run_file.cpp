@@ -124,6 +124,7 @@ RunFile RunFile::create(const std::filesystem::path& path, const RunInfo& info) 
   if (info.ranks < 1 || info.devices.size() != static_cast<size_t>(info.ranks))
     throw std::invalid_argument(path.string() + ": run info lists " + std::to_string(info.devices.size()) +
                                 " devices for " + std::to_string(info.ranks) + " ranks");
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   hdf5::File file = hdf5::File::create(path);
   file.set_attribute("format", kFormat);
   file.set_attribute("format_version", kFormatVersion);

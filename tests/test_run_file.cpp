@@ -37,7 +37,8 @@ MetricValues metrics_of(int64_t step) {
 }
 
 // NaN-aware equality: the back-filled cells must match as NaN.
-void expect_same_column(const std::vector<double>& actual, const std::vector<double>& expected, const std::string& name) {
+void expect_same_column(const std::vector<double>& actual, const std::vector<double>& expected,
+                        const std::string& name) {
   ASSERT_EQ(actual.size(), expected.size()) << name;
   for (size_t row = 0; row < actual.size(); ++row) {
     if (std::isnan(expected[row]))
@@ -126,8 +127,9 @@ TEST(RunFile, H5dumpReadsTheRunFile) {
   for (int64_t step = 1; step <= 3; ++step) run.append_metrics(step, metrics_of(step));
   const auto header = run_command("h5dump -H " + path.string());
   ASSERT_EQ(header.exit_code, 0) << header.output;
-  for (const char* expected : {"GROUP \"metrics\"", "DATASET \"reward_mean\"", "DATASET \"step\"", "DATASET \"deck\"",
-                               "DATASET \"devices\"", "ATTRIBUTE \"git_revision\"", "ATTRIBUTE \"ranks\"", "H5S_UNLIMITED"})
+  for (const char* expected :
+       {"GROUP \"metrics\"", "DATASET \"reward_mean\"", "DATASET \"step\"", "DATASET \"deck\"", "DATASET \"devices\"",
+        "ATTRIBUTE \"git_revision\"", "ATTRIBUTE \"ranks\"", "H5S_UNLIMITED"})
     EXPECT_NE(header.output.find(expected), std::string::npos) << expected << "\n" << header.output;
   const auto steps = run_command("h5dump -d /metrics/step " + path.string());
   ASSERT_EQ(steps.exit_code, 0) << steps.output;

@@ -1,7 +1,7 @@
 // Writes a small run folder with known contents, for checking the files with other
 // readers:  write_io_sample /tmp/sample && python3 tools/check_h5py.py /tmp/sample
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 

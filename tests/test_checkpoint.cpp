@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,7 +104,8 @@ TEST(Checkpoint, MissingOrMismatchedTensorNamesTheFileAndTensor) {
     checkpoint.read_tensor("weights", Tensor::view(buffer.data(), DType::F32, Device::CPU, {1024, 512}));
     FAIL() << "read with the wrong shape";
   } catch (const std::runtime_error& error) {
-    EXPECT_NE(std::string(error.what()).find("ckpt_00000010.h5: tensor 'weights': shape [512,1024] in file, expected [1024,512]"),
+    EXPECT_NE(std::string(error.what())
+                  .find("ckpt_00000010.h5: tensor 'weights': shape [512,1024] in file, expected [1024,512]"),
               std::string::npos)
         << error.what();
   }
@@ -148,7 +148,8 @@ TEST(Checkpoint, FindLatestSkipsCorruptAndIncompleteFiles) {
   ASSERT_EQ(search.skipped.size(), 3u);
   EXPECT_NE(search.skipped[0].find("ckpt_00000006.h5: holds step 3"), std::string::npos) << search.skipped[0];
   EXPECT_NE(search.skipped[1].find("ckpt_00000005.h5: cannot open HDF5 file"), std::string::npos) << search.skipped[1];
-  EXPECT_NE(search.skipped[2].find("ckpt_00000004.h5: checkpoint is incomplete"), std::string::npos) << search.skipped[2];
+  EXPECT_NE(search.skipped[2].find("ckpt_00000004.h5: checkpoint is incomplete"), std::string::npos)
+      << search.skipped[2];
   EXPECT_FALSE(find_latest_checkpoint(dir / "absent").latest);
 }
 
@@ -179,9 +180,10 @@ TEST(Checkpoint, H5dumpReadsTheCheckpoint) {
   const fs::path path = write_checkpoint(dir.path(), state.contents, 1);
   const auto header = run_command("h5dump -H " + path.string());
   ASSERT_EQ(header.exit_code, 0) << header.output;
-  for (const char* expected : {"ATTRIBUTE \"complete\"", "ATTRIBUTE \"step\"", "ATTRIBUTE \"data_cursor\"",
-                               "GROUP \"rng_states\"", "DATASET \"rank_00001\"", "GROUP \"tensors\"", "DATASET \"embed\"",
-                               "DATASET \"layers.0.mask\"", "ATTRIBUTE \"dtype\"", "ATTRIBUTE \"shape\"", "DATASET \"deck\""})
+  for (const char* expected :
+       {"ATTRIBUTE \"complete\"", "ATTRIBUTE \"step\"", "ATTRIBUTE \"data_cursor\"", "GROUP \"rng_states\"",
+        "DATASET \"rank_00001\"", "GROUP \"tensors\"", "DATASET \"embed\"", "DATASET \"layers.0.mask\"",
+        "ATTRIBUTE \"dtype\"", "ATTRIBUTE \"shape\"", "DATASET \"deck\""})
     EXPECT_NE(header.output.find(expected), std::string::npos) << expected << "\n" << header.output;
   const auto dtype = run_command("h5dump -a /tensors/embed/dtype " + path.string());
   ASSERT_EQ(dtype.exit_code, 0) << dtype.output;

@@ -96,7 +96,7 @@ TEST(Hdf5File, HalfIsStoredAsIeeeFloat16) {
   // h5py maps any 2-byte HDF5 float to numpy float16; the layout must be IEEE half too,
   // which HDF5's own conversion to float (and h5dump's printing) shows.
   const uint16_t bits[4] = {0x3C00, 0xC000, 0x3800, 0x7BFF};  // 1, -2, 0.5, 65504
-  float converted[4];  // H5Tconvert works in place: packed halves in, floats out
+  float converted[4];                                         // H5Tconvert works in place: packed halves in, floats out
   std::memcpy(converted, bits, sizeof bits);
   hdf5::Handle half = hdf5::file_type_of(DType::F16);
   ASSERT_GE(H5Tconvert(half.get(), H5T_NATIVE_FLOAT, 4, converted, nullptr, H5P_DEFAULT), 0);
@@ -149,7 +149,8 @@ TEST(Hdf5File, MismatchedOrMissingTensorsAreNamedWithTheFile) {
   const hdf5::Group tensors = file.group("tensors");
   RandomTensor wrong_shape(DType::F32, {64, 128}, 0), wrong_dtype(DType::BF16, {64, 64}, 0);
   const std::string shape_message = message_of([&] { tensors.read_tensor("layers.0.wq", wrong_shape.tensor); });
-  EXPECT_TRUE(contains(shape_message, "ckpt_00000010.h5: tensor 'layers.0.wq': shape [64,64] in file, expected [64,128]"))
+  EXPECT_TRUE(
+      contains(shape_message, "ckpt_00000010.h5: tensor 'layers.0.wq': shape [64,64] in file, expected [64,128]"))
       << shape_message;
   const std::string dtype_message = message_of([&] { tensors.read_tensor("layers.0.wq", wrong_dtype.tensor); });
   EXPECT_TRUE(contains(dtype_message, "ckpt_00000010.h5: tensor 'layers.0.wq': dtype F32 in file, expected BF16"))
@@ -176,8 +177,8 @@ TEST(Hdf5File, TamperedDtypeOrShapeIsRefused) {
     H5Tset_size(text.get(), H5T_VARIABLE);
     H5Adelete(w.get(), "dtype");
     hdf5::Handle space = hdf5::checked(H5Screate(H5S_SCALAR), H5Sclose, "space");
-    hdf5::Handle attribute = hdf5::checked(H5Acreate2(w.get(), "dtype", text.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                           H5Aclose, "attribute");
+    hdf5::Handle attribute = hdf5::checked(
+        H5Acreate2(w.get(), "dtype", text.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose, "attribute");
     const char* relabelled = "I32";
     H5Awrite(attribute.get(), text.get(), &relabelled);
     hdf5::Handle v = hdf5::checked(H5Dopen2(file.id(), "v", H5P_DEFAULT), H5Dclose, "open v");
@@ -187,9 +188,11 @@ TEST(Hdf5File, TamperedDtypeOrShapeIsRefused) {
   }
   const hdf5::File file = hdf5::File::open(path, hdf5::File::Access::ReadOnly);
   const std::string relabelled = message_of([&] { file.tensor_info("w"); });
-  EXPECT_TRUE(contains(relabelled, "tensor 'w': stored as a 4-byte HDF5 type that does not hold I32 bits")) << relabelled;
+  EXPECT_TRUE(contains(relabelled, "tensor 'w': stored as a 4-byte HDF5 type that does not hold I32 bits"))
+      << relabelled;
   const std::string reshaped = message_of([&] { file.tensor_info("v"); });
-  EXPECT_TRUE(contains(reshaped, "tensor 'v': shape attribute [2,8] disagrees with the dataset's extents [4,4]")) << reshaped;
+  EXPECT_TRUE(contains(reshaped, "tensor 'v': shape attribute [2,8] disagrees with the dataset's extents [4,4]"))
+      << reshaped;
 }
 
 TEST(Hdf5File, AttributesAndStringsRoundTrip) {

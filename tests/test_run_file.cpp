@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -33,7 +37,8 @@ MetricValues metrics_of(int64_t step) {
 }
 
 // NaN-aware equality: the back-filled cells must match as NaN.
-void expect_same_column(const std::vector<double>& actual, const std::vector<double>& expected, const std::string& name) {
+void expect_same_column(const std::vector<double>& actual, const std::vector<double>& expected,
+                        const std::string& name) {
   ASSERT_EQ(actual.size(), expected.size()) << name;
   for (size_t row = 0; row < actual.size(); ++row) {
     if (std::isnan(expected[row]))
@@ -122,10 +127,40 @@ TEST(RunFile, H5dumpReadsTheRunFile) {
   for (int64_t step = 1; step <= 3; ++step) run.append_metrics(step, metrics_of(step));
   const auto header = run_command("h5dump -H " + path.string());
   ASSERT_EQ(header.exit_code, 0) << header.output;
-  for (const char* expected : {"GROUP \"metrics\"", "DATASET \"reward_mean\"", "DATASET \"step\"", "DATASET \"deck\"",
-                               "DATASET \"devices\"", "ATTRIBUTE \"git_revision\"", "ATTRIBUTE \"ranks\"", "H5S_UNLIMITED"})
+  for (const char* expected :
+       {"GROUP \"metrics\"", "DATASET \"reward_mean\"", "DATASET \"step\"", "DATASET \"deck\"", "DATASET \"devices\"",
+        "ATTRIBUTE \"git_revision\"", "ATTRIBUTE \"ranks\"", "H5S_UNLIMITED"})
     EXPECT_NE(header.output.find(expected), std::string::npos) << expected << "\n" << header.output;
   const auto steps = run_command("h5dump -d /metrics/step " + path.string());
   ASSERT_EQ(steps.exit_code, 0) << steps.output;
   EXPECT_NE(steps.output.find("1, 2, 3"), std::string::npos) << steps.output;
+}
+
+// A user inspecting the run in h5py (which locks the files it opens) must not make the
+// run's next append fail.
+TEST(RunFile, AppendsWhileAnotherProcessHasTheFileOpen) {
+  TempDir dir;
+  const auto path = dir / kRunFileName;
+  const RunFile run = RunFile::create(path, two_rank_info());
+  run.append_metrics(1, {{"loss", 1.0}});
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t reader = fork();
+  ASSERT_GE(reader, 0);
+  if (reader == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);  // default access: locking on
+    const char opened = file >= 0 ? 'y' : 'n';
+    if (write(ready[1], &opened, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char opened = 0;
+  ASSERT_EQ(read(ready[0], &opened, 1), 1);
+  EXPECT_EQ(opened, 'y');
+  EXPECT_NO_THROW(run.append_metrics(2, {{"loss", 0.5}}));
+  kill(reader, SIGKILL);
+  waitpid(reader, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(run.steps(), (std::vector<int64_t>{1, 2}));
 }

@@ -139,8 +139,11 @@ void prune(const std::filesystem::path& folder, int64_t committed_step, int keep
 
 std::string checkpoint_file_name(int64_t step) { return "ckpt_" + padded_step(step) + ".h5"; }
 
-std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder, const CheckpointContents& contents) {
-  if (contents.step < 0) throw std::invalid_argument(folder.string() + ": checkpoint step " + std::to_string(contents.step) + " is negative");
+std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder,
+                                                 const CheckpointContents& contents) {
+  if (contents.step < 0)
+    throw std::invalid_argument(folder.string() + ": checkpoint step " + std::to_string(contents.step) +
+                                " is negative");
   std::filesystem::create_directories(folder);
   const std::filesystem::path temporary = temporary_path(folder, contents.step);
   try {
@@ -158,14 +161,16 @@ std::filesystem::path commit_checkpoint(const std::filesystem::path& folder, int
   const std::filesystem::path temporary = temporary_path(folder, step);
   const std::filesystem::path final_path = folder / checkpoint_file_name(step);
   if (!std::filesystem::exists(temporary))
-    throw std::runtime_error(temporary.string() + ": no temporary checkpoint of step " + std::to_string(step) + " to commit");
+    throw std::runtime_error(temporary.string() + ": no temporary checkpoint of step " + std::to_string(step) +
+                             " to commit");
   std::filesystem::rename(temporary, final_path);
   fsync_path(folder, true);
   prune(folder, step, keep_last);
   return final_path;
 }
 
-std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents, int keep_last) {
+std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents,
+                                       int keep_last) {
   write_checkpoint_temporary(folder, contents);
   return commit_checkpoint(folder, contents.step, keep_last);
 }
@@ -199,7 +204,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
     throw std::runtime_error(path.string() + ": checkpoint format version " + std::to_string(format_version) +
                              " is newer than this tandem reads (" + std::to_string(kFormatVersion) + ")");
   if (!file.has_attribute("complete") || file.int_attribute("complete") != 1)
-    throw std::runtime_error(path.string() + ": checkpoint is incomplete (its writer stopped before setting complete = 1)");
+    throw std::runtime_error(path.string() +
+                             ": checkpoint is incomplete (its writer stopped before setting complete = 1)");
 
   Checkpoint checkpoint(path, std::move(file));
   const hdf5::File& opened = checkpoint.file_;

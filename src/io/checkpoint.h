@@ -27,7 +27,7 @@ struct CheckpointContents {
   int64_t step = 0;
   int64_t data_cursor = 0;
   std::string deck_text;
-  std::vector<std::string> rng_states;  // one per rank, arbitrary bytes
+  std::vector<std::string> rng_states;                  // one per rank, arbitrary bytes
   std::vector<std::pair<std::string, Tensor>> tensors;  // contiguous host tensors
 };
 
@@ -35,18 +35,20 @@ std::string checkpoint_file_name(int64_t step);  // "ckpt_00000010.h5"
 
 // Stage 1: the whole checkpoint under its temporary name, closed and fsynced. Returns
 // that path. On failure the temporary file is removed and the error rethrown.
-std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder, const CheckpointContents& contents);
+std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder,
+                                                 const CheckpointContents& contents);
 // Stage 2: renames the temporary of `step` into place, fsyncs the folder, then removes
 // stale temporaries and complete checkpoints beyond the newest `keep_last` (0 keeps all).
 // Checkpoints of steps after `step` are removed too: they belong to the timeline that a
 // restart from an older checkpoint abandoned, and `restart = auto` must not return to it.
 std::filesystem::path commit_checkpoint(const std::filesystem::path& folder, int64_t step, int keep_last);
 // Both stages.
-std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents, int keep_last);
+std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents,
+                                       int keep_last);
 
 struct CheckpointSearch {
   std::optional<std::filesystem::path> latest;  // empty: no usable checkpoint
-  std::vector<std::string> skipped;              // "<path>: <why>" for newer unusable files
+  std::vector<std::string> skipped;             // "<path>: <why>" for newer unusable files
 };
 // The newest `ckpt_*.h5` in `folder` that opens, is complete and holds the step its name
 // says. A missing folder gives an empty result.

@@ -57,7 +57,8 @@ std::vector<hsize_t> extents_of(hid_t space, const std::string& where) {
   const int rank = H5Sget_simple_extent_ndims(space);
   if (rank < 0) fail(where + ": cannot read the dataspace rank");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  if (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0) fail(where + ": cannot read the dataspace extents");
+  if (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0)
+    fail(where + ": cannot read the dataspace extents");
   return dims;
 }
 
@@ -74,7 +75,8 @@ Handle create_attribute(hid_t object, const std::string& name, hid_t type, hid_t
 Handle open_attribute(hid_t object, const std::string& name, const std::string& where) {
   if (!check_bool(H5Aexists(object, name.c_str()), where + ": cannot look up attribute " + quoted(name)))
     throw std::runtime_error(where + ": attribute " + quoted(name) + " is missing");
-  return checked(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, where + ": cannot open attribute " + quoted(name));
+  return checked(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose,
+                 where + ": cannot open attribute " + quoted(name));
 }
 
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& where) {
@@ -87,7 +89,8 @@ void write_string_attribute(hid_t object, const std::string& name, const std::st
 
 std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where) {
   Handle attribute = open_attribute(object, name, where);
-  Handle stored = checked(H5Aget_type(attribute.get()), H5Tclose, where + ": cannot read the type of attribute " + quoted(name));
+  Handle stored =
+      checked(H5Aget_type(attribute.get()), H5Tclose, where + ": cannot read the type of attribute " + quoted(name));
   if (H5Tget_class(stored.get()) != H5T_STRING || H5Tis_variable_str(stored.get()) <= 0)
     throw std::runtime_error(where + ": attribute " + quoted(name) + " is not a variable-length string");
   Handle type = utf8_string_type(where);
@@ -106,8 +109,10 @@ void write_int_attribute(hid_t object, const std::string& name, int64_t value, c
 
 int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& where) {
   Handle attribute = open_attribute(object, name, where);
-  Handle stored = checked(H5Aget_type(attribute.get()), H5Tclose, where + ": cannot read the type of attribute " + quoted(name));
-  Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, where + ": cannot read the dataspace of attribute " + quoted(name));
+  Handle stored =
+      checked(H5Aget_type(attribute.get()), H5Tclose, where + ": cannot read the type of attribute " + quoted(name));
+  Handle space = checked(H5Aget_space(attribute.get()), H5Sclose,
+                         where + ": cannot read the dataspace of attribute " + quoted(name));
   if (H5Tget_class(stored.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
     throw std::runtime_error(where + ": attribute " + quoted(name) + " is not a single integer");
   int64_t value = 0;
@@ -126,27 +131,87 @@ void write_shape_attribute(hid_t dataset, const std::vector<int64_t>& shape, con
 
 std::vector<int64_t> read_shape_attribute(hid_t dataset, const std::string& where) {
   Handle attribute = open_attribute(dataset, "shape", where);
-  Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, where + ": cannot read the dataspace of attribute 'shape'");
+  Handle space =
+      checked(H5Aget_space(attribute.get()), H5Sclose, where + ": cannot read the dataspace of attribute 'shape'");
   const hssize_t count = H5Sget_simple_extent_npoints(space.get());
   if (count < 0) fail(where + ": cannot count the entries of attribute 'shape'");
   std::vector<int64_t> shape(static_cast<size_t>(count));
-  if (count > 0) check(H5Aread(attribute.get(), H5T_NATIVE_INT64, shape.data()), where + ": cannot read attribute 'shape'");
+  if (count > 0)
+    check(H5Aread(attribute.get(), H5T_NATIVE_INT64, shape.data()), where + ": cannot read attribute 'shape'");
   return shape;
 }
 
 void require_host_contiguous(const Tensor& tensor, const std::string& where) {
-  if (tensor.device != Device::CPU) throw std::invalid_argument(where + ": tensor is on " + device_name(tensor.device) + ", HDF5 I/O needs host memory");
-  if (!tensor.is_contiguous()) throw std::invalid_argument(where + ": tensor " + tensor.describe() + " is not contiguous");
+  if (tensor.device != Device::CPU)
+    throw std::invalid_argument(where + ": tensor is on " + device_name(tensor.device) +
+                                ", HDF5 I/O needs host memory");
+  if (!tensor.is_contiguous())
+    throw std::invalid_argument(where + ": tensor " + tensor.describe() + " is not contiguous");
   for (int64_t extent : tensor.shape)
     if (extent < 0) throw std::invalid_argument(where + ": negative extent in shape " + shape_string(tensor.shape));
-  if (tensor.numel() > 0 && !tensor.data) throw std::invalid_argument(where + ": tensor " + tensor.describe() + " has no data pointer");
+  if (tensor.numel() > 0 && !tensor.data)
+    throw std::invalid_argument(where + ": tensor " + tensor.describe() + " has no data pointer");
 }
 
+// A tensor's dataset, opened and checked against its dtype and shape attributes.
 struct OpenTensor {
   Handle dataset;
   Handle type;
   TensorInfo info;
 };
+
+void write_string_dataset(const Group& group, const std::string& name, const std::vector<std::string>& texts,
+                          Handle space, const std::string& where) {
+  validate_name(name, group.file());
+  Handle type = utf8_string_type(where);
+  Handle links = link_creation_with_parents(where);
+  Handle dataset =
+      checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
+              H5Dclose, where + ": cannot create the dataset");
+  std::vector<const char*> pointers;
+  for (const auto& text : texts) pointers.push_back(text.c_str());
+  if (!texts.empty())
+    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()),
+          where + ": cannot write the dataset");
+}
+
+OpenTensor open_tensor(const Group& group, const std::string& name) {
+  const std::string where = group.file() + ": tensor " + quoted(name);
+  if (!group.contains(name)) throw std::runtime_error(where + " is missing");
+  OpenTensor opened;
+  opened.dataset =
+      checked(H5Dopen2(group.id(), name.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open the dataset");
+  const std::string dtype_text = read_string_attribute(opened.dataset.get(), "dtype", where);
+  try {
+    opened.info.dtype = dtype_from_name(dtype_text);
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(where + ": " + error.what());
+  }
+  opened.info.name = name;
+  opened.info.shape = read_shape_attribute(opened.dataset.get(), where);
+  Handle space = checked(H5Dget_space(opened.dataset.get()), H5Sclose, where + ": cannot read the dataspace");
+  const std::vector<int64_t> stored_shape = to_shape(extents_of(space.get(), where));
+  if (stored_shape != opened.info.shape)
+    throw std::runtime_error(where + ": shape attribute " + shape_string(opened.info.shape) +
+                             " disagrees with the dataset's extents " + shape_string(stored_shape));
+  // Reading through a different type would make HDF5 convert values, so the stored type
+  // must be exactly the one this dtype is written as.
+  opened.type = file_type_of(opened.info.dtype);
+  Handle stored_type = checked(H5Dget_type(opened.dataset.get()), H5Tclose, where + ": cannot read the dataset type");
+  if (!check_bool(H5Tequal(stored_type.get(), opened.type.get()), where + ": cannot compare types"))
+    throw std::runtime_error(where + ": stored as a " + std::to_string(H5Tget_size(stored_type.get())) +
+                             "-byte HDF5 type that does not hold " + dtype_text + " bits");
+  return opened;
+}
+
+// tandem needs no HDF5 file locks: only rank 0 writes, checkpoints appear by rename, and
+// a lock would let a user's open h5py session make the run's next metrics append fail.
+// Parallel file systems that refuse flock (Lustre without -o flock) would fail too.
+Handle access_without_locking(const std::string& where) {
+  Handle access = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, where + ": cannot create a file access list");
+  check(H5Pset_file_locking(access.get(), 0, 1), where + ": cannot disable file locking");
+  return access;
+}
 
 }  // namespace
 
@@ -202,16 +267,20 @@ void validate_name(const std::string& name, const std::string& where) {
     valid = !component.empty() && component != ".";
     start = end + 1;
   }
-  if (!valid) throw std::invalid_argument(where + ": invalid HDF5 name " + quoted(name) +
-                                          " (components must be non-empty, not '.', joined by single '/')");
+  if (!valid)
+    throw std::invalid_argument(where + ": invalid HDF5 name " + quoted(name) +
+                                " (components must be non-empty, not '.', joined by single '/')");
 }
 
 Handle file_type_of(DType dtype) {
+  silence_error_printing();
   const std::string where = std::string("HDF5 type for ") + dtype_name(dtype);
   auto copy = [&](hid_t type) { return checked(H5Tcopy(type), H5Tclose, where + ": cannot copy a type"); };
   switch (dtype) {
-    case DType::F64: return copy(H5T_IEEE_F64LE);
-    case DType::F32: return copy(H5T_IEEE_F32LE);
+    case DType::F64:
+      return copy(H5T_IEEE_F64LE);
+    case DType::F32:
+      return copy(H5T_IEEE_F32LE);
     case DType::F16: {
       // The layout h5py uses for numpy float16: sign bit 15, 5 exponent bits at 10,
       // 10 mantissa bits, bias 15.
@@ -221,17 +290,27 @@ Handle file_type_of(DType dtype) {
       check(H5Tset_ebias(half.get(), 15), where + ": cannot set the exponent bias");
       return half;
     }
-    case DType::BF16: return copy(H5T_STD_U16LE);
+    case DType::BF16:
+      return copy(H5T_STD_U16LE);
     case DType::F8_E4M3:
-    case DType::F8_E5M2: return copy(H5T_STD_U8LE);
-    case DType::I64: return copy(H5T_STD_I64LE);
-    case DType::I32: return copy(H5T_STD_I32LE);
-    case DType::I16: return copy(H5T_STD_I16LE);
-    case DType::I8: return copy(H5T_STD_I8LE);
-    case DType::U64: return copy(H5T_STD_U64LE);
-    case DType::U32: return copy(H5T_STD_U32LE);
-    case DType::U16: return copy(H5T_STD_U16LE);
-    case DType::U8: return copy(H5T_STD_U8LE);
+    case DType::F8_E5M2:
+      return copy(H5T_STD_U8LE);
+    case DType::I64:
+      return copy(H5T_STD_I64LE);
+    case DType::I32:
+      return copy(H5T_STD_I32LE);
+    case DType::I16:
+      return copy(H5T_STD_I16LE);
+    case DType::I8:
+      return copy(H5T_STD_I8LE);
+    case DType::U64:
+      return copy(H5T_STD_U64LE);
+    case DType::U32:
+      return copy(H5T_STD_U32LE);
+    case DType::U16:
+      return copy(H5T_STD_U16LE);
+    case DType::U8:
+      return copy(H5T_STD_U8LE);
     case DType::BOOL: {
       Handle boolean = checked(H5Tenum_create(H5T_STD_I8LE), H5Tclose, where + ": cannot create an enum type");
       const int8_t no = 0, yes = 1;
@@ -248,9 +327,7 @@ Handle file_type_of(DType dtype) {
 Group::Group(Handle handle, std::string file, std::string path_in_file)
     : handle_(std::move(handle)), file_(std::move(file)), path_(std::move(path_in_file)) {}
 
-std::string Group::describe(const std::string& name) const {
-  return path_ == "/" ? "/" + name : path_ + "/" + name;
-}
+std::string Group::describe(const std::string& name) const { return path_ == "/" ? "/" + name : path_ + "/" + name; }
 
 bool Group::contains(const std::string& name) const {
   validate_name(name, file_);
@@ -266,8 +343,9 @@ bool Group::contains(const std::string& name) const {
 Group Group::group(const std::string& name) const {
   validate_name(name, file_);
   if (!contains(name)) throw std::runtime_error(file_ + ": group " + describe(name) + " is missing");
-  return Group(checked(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose, file_ + ": cannot open group " + describe(name)),
-               file_, describe(name));
+  return Group(
+      checked(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose, file_ + ": cannot open group " + describe(name)),
+      file_, describe(name));
 }
 
 Group Group::create_group(const std::string& name) const {
@@ -298,7 +376,8 @@ void Group::remove(const std::string& name) const {
 }
 
 bool Group::has_attribute(const std::string& name) const {
-  return check_bool(H5Aexists(id(), name.c_str()), file_ + ": cannot look up attribute " + quoted(name) + " of " + path_);
+  return check_bool(H5Aexists(id(), name.c_str()),
+                    file_ + ": cannot look up attribute " + quoted(name) + " of " + path_);
 }
 
 void Group::set_attribute(const std::string& name, const std::string& value) const {
@@ -313,24 +392,9 @@ std::string Group::string_attribute(const std::string& name) const {
   return read_string_attribute(id(), name, file_ + ": " + path_);
 }
 
-int64_t Group::int_attribute(const std::string& name) const { return read_int_attribute(id(), name, file_ + ": " + path_); }
-
-namespace {
-
-void write_string_dataset(const Group& group, const std::string& name, const std::vector<std::string>& texts,
-                          Handle space, const std::string& where) {
-  validate_name(name, group.file());
-  Handle type = utf8_string_type(where);
-  Handle links = link_creation_with_parents(where);
-  Handle dataset = checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
-                           H5Dclose, where + ": cannot create the dataset");
-  std::vector<const char*> pointers;
-  for (const auto& text : texts) pointers.push_back(text.c_str());
-  if (!texts.empty())
-    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), where + ": cannot write the dataset");
+int64_t Group::int_attribute(const std::string& name) const {
+  return read_int_attribute(id(), name, file_ + ": " + path_);
 }
-
-}  // namespace
 
 void Group::write_string(const std::string& name, const std::string& text) const {
   const std::string where = file_ + ": " + describe(name);
@@ -340,7 +404,8 @@ void Group::write_string(const std::string& name, const std::string& text) const
 std::string Group::read_string(const std::string& name) const {
   const std::vector<std::string> texts = read_strings(name);
   if (texts.size() != 1)
-    throw std::runtime_error(file_ + ": " + describe(name) + " holds " + std::to_string(texts.size()) + " strings, expected one");
+    throw std::runtime_error(file_ + ": " + describe(name) + " holds " + std::to_string(texts.size()) +
+                             " strings, expected one");
   return texts.front();
 }
 
@@ -363,7 +428,8 @@ std::vector<std::string> Group::read_strings(const std::string& name) const {
   Handle type = utf8_string_type(where);
   std::vector<char*> pointers(static_cast<size_t>(count), nullptr);
   if (count > 0)
-    check(H5Dread(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), where + ": cannot read the dataset");
+    check(H5Dread(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()),
+          where + ": cannot read the dataset");
   std::vector<std::string> texts;
   for (const char* text : pointers) texts.emplace_back(text ? text : "");
   if (count > 0) H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, pointers.data());
@@ -376,48 +442,19 @@ void Group::write_tensor(const std::string& name, const Tensor& tensor) const {
   require_host_contiguous(tensor, where);
   if (contains(name)) throw std::runtime_error(where + " already exists");
   Handle type = file_type_of(tensor.dtype);
-  Handle space = tensor.shape.empty() ? scalar_space(where)
-                                      : simple_space(std::vector<hsize_t>(tensor.shape.begin(), tensor.shape.end()), where);
+  Handle space = tensor.shape.empty()
+                     ? scalar_space(where)
+                     : simple_space(std::vector<hsize_t>(tensor.shape.begin(), tensor.shape.end()), where);
   Handle links = link_creation_with_parents(where);
-  Handle dataset = checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
-                           H5Dclose, where + ": cannot create the dataset");
+  Handle dataset =
+      checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+              where + ": cannot create the dataset");
   if (tensor.numel() > 0)
-    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data), where + ": cannot write the data");
+    check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data),
+          where + ": cannot write the data");
   write_string_attribute(dataset.get(), "dtype", dtype_name(tensor.dtype), where);
   write_shape_attribute(dataset.get(), tensor.shape, where);
 }
-
-namespace {
-
-OpenTensor open_tensor(const Group& group, const std::string& name) {
-  const std::string where = group.file() + ": tensor " + quoted(name);
-  if (!group.contains(name)) throw std::runtime_error(where + " is missing");
-  OpenTensor opened;
-  opened.dataset = checked(H5Dopen2(group.id(), name.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open the dataset");
-  const std::string dtype_text = read_string_attribute(opened.dataset.get(), "dtype", where);
-  try {
-    opened.info.dtype = dtype_from_name(dtype_text);
-  } catch (const std::invalid_argument& error) {
-    throw std::runtime_error(where + ": " + error.what());
-  }
-  opened.info.name = name;
-  opened.info.shape = read_shape_attribute(opened.dataset.get(), where);
-  Handle space = checked(H5Dget_space(opened.dataset.get()), H5Sclose, where + ": cannot read the dataspace");
-  const std::vector<int64_t> stored_shape = to_shape(extents_of(space.get(), where));
-  if (stored_shape != opened.info.shape)
-    throw std::runtime_error(where + ": shape attribute " + shape_string(opened.info.shape) +
-                             " disagrees with the dataset's extents " + shape_string(stored_shape));
-  // Reading through a different type would make HDF5 convert values, so the stored type
-  // must be exactly the one this dtype is written as.
-  opened.type = file_type_of(opened.info.dtype);
-  Handle stored_type = checked(H5Dget_type(opened.dataset.get()), H5Tclose, where + ": cannot read the dataset type");
-  if (!check_bool(H5Tequal(stored_type.get(), opened.type.get()), where + ": cannot compare types"))
-    throw std::runtime_error(where + ": stored as a " + std::to_string(H5Tget_size(stored_type.get())) +
-                             "-byte HDF5 type that does not hold " + dtype_text + " bits");
-  return opened;
-}
-
-}  // namespace
 
 TensorInfo Group::tensor_info(const std::string& name) const { return open_tensor(*this, name).info; }
 
@@ -439,19 +476,6 @@ void Group::read_tensor(const std::string& name, const Tensor& destination) cons
 
 // ---- File ----
 
-namespace {
-
-// tandem needs no HDF5 file locks: only rank 0 writes, checkpoints appear by rename, and
-// a lock would let a user's open h5py session make the run's next metrics append fail.
-// Parallel file systems that refuse flock (Lustre without -o flock) would fail too.
-Handle access_without_locking(const std::string& where) {
-  Handle access = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, where + ": cannot create a file access list");
-  check(H5Pset_file_locking(access.get(), 0, 1), where + ": cannot disable file locking");
-  return access;
-}
-
-}  // namespace
-
 File File::create(const std::filesystem::path& path) {
   silence_error_printing();
   const std::string where = path.string();
@@ -466,7 +490,8 @@ File File::open(const std::filesystem::path& path, Access access_mode) {
   const std::string where = path.string();
   Handle access = access_without_locking(where);
   const unsigned flags = access_mode == Access::ReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR;
-  return File(checked(H5Fopen(where.c_str(), flags, access.get()), H5Fclose, where + ": cannot open HDF5 file"), where, "/");
+  return File(checked(H5Fopen(where.c_str(), flags, access.get()), H5Fclose, where + ": cannot open HDF5 file"), where,
+              "/");
 }
 
 void File::flush() const { check(H5Fflush(id(), H5F_SCOPE_LOCAL), file_ + ": cannot flush"); }

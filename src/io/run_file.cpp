@@ -47,8 +47,9 @@ Column create_column(const hdf5::Group& metrics, const std::string& name, hid_t 
   Handle creation = checked(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, column.where + ": cannot create a property list");
   check(H5Pset_chunk(creation.get(), 1, &kRowsPerChunk), column.where + ": cannot set the chunk size");
   check(H5Pset_fill_value(creation.get(), type, fill), column.where + ": cannot set the fill value");
-  column.dataset = checked(H5Dcreate2(parent.id(), leaf.c_str(), type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT),
-                           H5Dclose, column.where + ": cannot create");
+  column.dataset =
+      checked(H5Dcreate2(parent.id(), leaf.c_str(), type, space.get(), H5P_DEFAULT, creation.get(), H5P_DEFAULT),
+              H5Dclose, column.where + ": cannot create");
   return column;
 }
 
@@ -61,17 +62,20 @@ hsize_t rows_of(const Column& column) {
 }
 
 void resize(const Column& column, hsize_t rows) {
-  check(H5Dset_extent(column.dataset.get(), &rows), column.where + ": cannot resize to " + std::to_string(rows) + " rows");
+  check(H5Dset_extent(column.dataset.get(), &rows),
+        column.where + ": cannot resize to " + std::to_string(rows) + " rows");
 }
 
 // One element at `row`, read or written through `memory_type`.
 template <class Transfer>
 void access_row(const Column& column, hsize_t row, Transfer transfer) {
-  Handle file_space = checked(H5Dget_space(column.dataset.get()), H5Sclose, column.where + ": cannot read the dataspace");
+  Handle file_space =
+      checked(H5Dget_space(column.dataset.get()), H5Sclose, column.where + ": cannot read the dataspace");
   const hsize_t one = 1;
   check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &row, nullptr, &one, nullptr),
         column.where + ": cannot select row " + std::to_string(row));
-  Handle memory_space = checked(H5Screate_simple(1, &one, nullptr), H5Sclose, column.where + ": cannot create a dataspace");
+  Handle memory_space =
+      checked(H5Screate_simple(1, &one, nullptr), H5Sclose, column.where + ": cannot create a dataspace");
   transfer(memory_space.get(), file_space.get());
 }
 
@@ -95,7 +99,8 @@ template <class T>
 std::vector<T> read_all(const Column& column, hid_t memory_type) {
   std::vector<T> values(rows_of(column));
   if (!values.empty())
-    check(H5Dread(column.dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), column.where + ": cannot read");
+    check(H5Dread(column.dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+          column.where + ": cannot read");
   return values;
 }
 
@@ -120,10 +125,12 @@ hdf5::File open_checked(const std::filesystem::path& path, hdf5::File::Access ac
 
 RunFile RunFile::create(const std::filesystem::path& path, const RunInfo& info) {
   if (std::filesystem::exists(path))
-    throw std::runtime_error(path.string() + ": run file already exists (a restart reopens it; a new run needs a new name)");
+    throw std::runtime_error(path.string() +
+                             ": run file already exists (a restart reopens it; a new run needs a new name)");
   if (info.ranks < 1 || info.devices.size() != static_cast<size_t>(info.ranks))
     throw std::invalid_argument(path.string() + ": run info lists " + std::to_string(info.devices.size()) +
                                 " devices for " + std::to_string(info.ranks) + " ranks");
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   hdf5::File file = hdf5::File::create(path);
   file.set_attribute("format", kFormat);
   file.set_attribute("format_version", kFormatVersion);
@@ -166,7 +173,8 @@ void RunFile::append_metrics(int64_t step, const MetricValues& values) const {
   for (const auto& [name, value] : values) {
     hdf5::validate_name(name, where);
     if (name == kStepColumn) throw std::invalid_argument(where + ": 'step' is reserved and cannot be a metric name");
-    if (!seen.insert(name).second) throw std::invalid_argument(where + ": metric '" + name + "' given twice for step " + std::to_string(step));
+    if (!seen.insert(name).second)
+      throw std::invalid_argument(where + ": metric '" + name + "' given twice for step " + std::to_string(step));
   }
   hdf5::File file = open_checked(path_, hdf5::File::Access::ReadWrite);
   {
@@ -176,7 +184,8 @@ void RunFile::append_metrics(int64_t step, const MetricValues& values) const {
     if (row > 0) {
       const int64_t last = read_step_row(steps, row - 1);
       if (step <= last)
-        throw std::invalid_argument(where + ": metrics for step " + std::to_string(step) + " appended after step " + std::to_string(last));
+        throw std::invalid_argument(where + ": metrics for step " + std::to_string(step) + " appended after step " +
+                                    std::to_string(last));
     }
     const std::vector<std::string> existing = metric_names_in(metrics);
     resize(steps, row + 1);
@@ -186,7 +195,8 @@ void RunFile::append_metrics(int64_t step, const MetricValues& values) const {
     const double missing = std::numeric_limits<double>::quiet_NaN();
     for (const auto& [name, value] : values) {
       const bool known = std::binary_search(existing.begin(), existing.end(), name);
-      const Column column = known ? open_column(metrics, name) : create_column(metrics, name, H5T_IEEE_F64LE, &missing, row + 1);
+      const Column column =
+          known ? open_column(metrics, name) : create_column(metrics, name, H5T_IEEE_F64LE, &missing, row + 1);
       write_row(column, row, H5T_NATIVE_DOUBLE, &value);
     }
   }

@@ -268,6 +268,24 @@ TEST(BpeTokenizerFile, Gpt2ByteLevelSplitAndPrefixSpace) {
   EXPECT_EQ(load_json(dir, json)->encode("a a"), (Ids{256, 256}));
 }
 
+TEST(BpeTokenizerFile, Llama3SplitGroupsDigitsByThree) {
+  auto json = tiny_tokenizer({{"1", "2"}, {"12", "3"}, {"4", "5"}}, false);
+  json["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern",
+          {{"Regex",
+            R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  json["model"]["ignore_merges"] = true;
+  const testing::TempDir dir;
+  // "12345" splits into "123" (257) and "45" (258).
+  EXPECT_EQ(load_json(dir, json)->encode("12345"), (Ids{257, 258}));
+}
+
 TEST(BpeTokenizerFile, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
   // Merges alone make "abc" into "a" + "bc"; with ignore_merges the vocabulary's "abc" wins.
   auto json = tiny_tokenizer({{"b", "c"}}, false);

@@ -48,6 +48,10 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens,
 
 std::vector<TextPiece> AddedTokenMatcher::split(std::string_view text) const {
   std::vector<TextPiece> pieces;
+  if (tokens_.empty()) {
+    if (!text.empty()) pieces.push_back({text, -1});
+    return pieces;
+  }
   std::size_t emitted = 0;  // end of the text already covered by pieces
   std::size_t pos = 0;
   while (pos < text.size()) {

@@ -44,18 +44,20 @@ BpeModel::BpeModel(StringMap<int32_t> vocab,
   }
 
   merges_.reserve(merges.size());
+  std::string joined;
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    const auto id_of = [&](const std::string& text) {
+    const auto id_of = [&](std::string_view text) {
       const auto found = vocab_.find(text);
       if (found == vocab_.end()) {
         throw std::runtime_error(source + ": merge " + std::to_string(rank) + " ('" + left +
-                                 "', '" + right + "') uses '" + text +
+                                 "', '" + right + "') uses '" + std::string(text) +
                                  "', which is not in the vocabulary");
       }
       return found->second;
     };
-    const int32_t merged = id_of(left + right);
+    joined.assign(left).append(right);
+    const int32_t merged = id_of(joined);
     // A pair listed twice keeps its last rank, as in Hugging Face's loader.
     merges_.insert_or_assign(pair_key(id_of(left), id_of(right)),
                              Merge{static_cast<int32_t>(rank), merged});

@@ -1,6 +1,7 @@
 #include "tasks/bpe_tokenizer.h"
 
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -18,10 +19,12 @@ constexpr const char* kGpt2SplitPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 json read_json(const std::filesystem::path& file) {
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw std::runtime_error(file.string() + ": cannot open");
+  // Parsing from memory is several times faster than from the stream.
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw std::runtime_error(file.string() + ": not valid JSON: " + e.what());
   }
@@ -124,6 +127,7 @@ class ComponentReader {
     require_empty_string(model, "end_of_word_suffix", "model");
 
     StringMap<int32_t> vocab;
+    vocab.reserve(model.at("vocab").size());
     for (const auto& [text, id] : model.at("vocab").items()) vocab.emplace(text, id.get<int32_t>());
 
     std::vector<std::pair<std::string, std::string>> merges;

@@ -1,26 +1,28 @@
 #include "tasks/byte_level.h"
 
-#include <unordered_map>
-
 #include "tasks/utf8_text.h"
 
 namespace tandem::byte_level {
 namespace {
 
+// Every symbol is below U+0144: 256 bytes, of which 68 are moved up from U+0100.
+constexpr char32_t kSymbolLimit = 0x144;
+
 struct Alphabet {
   std::array<std::string, 256> symbols;
-  std::unordered_map<char32_t, unsigned char> byte_of;
+  std::array<int, kSymbolLimit> byte_of;  // -1 for a code point that stands for no byte
 
   Alphabet() {
     // Printable Latin-1 bytes stand for themselves; the others (controls, space, soft
     // hyphen...) are moved, in byte order, to U+0100 onwards.
+    byte_of.fill(-1);
     char32_t next_free = 0x100;
     for (int b = 0; b < 256; ++b) {
       const bool printable =
           (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       const char32_t code_point = printable ? static_cast<char32_t>(b) : next_free++;
       symbols[b] = utf8::encode(code_point);
-      byte_of[code_point] = static_cast<unsigned char>(b);
+      byte_of[code_point] = b;
     }
   }
 };
@@ -47,9 +49,9 @@ std::optional<std::string> to_bytes(std::string_view symbols) {
   std::string bytes;
   bytes.reserve(symbols.size());
   for (std::size_t pos = 0; pos < symbols.size();) {
-    const auto found = byte_of.find(utf8::next_code_point(symbols, pos));
-    if (found == byte_of.end()) return std::nullopt;
-    bytes.push_back(static_cast<char>(found->second));
+    const char32_t code_point = utf8::next_code_point(symbols, pos);
+    if (code_point >= kSymbolLimit || byte_of[code_point] < 0) return std::nullopt;
+    bytes.push_back(static_cast<char>(byte_of[code_point]));
   }
   return bytes;
 }

@@ -35,7 +35,8 @@ int tokenize_command(int argc, char** argv, std::istream& in, std::ostream& out,
   namespace po = boost::program_options;
   po::options_description options(
       "tandem tokenize: each line of stdin (without its newline) becomes one line of\n"
-      "space-separated token ids on stdout; with --decode, each line of ids becomes its text");
+      "space-separated token ids on stdout; with --decode, each line of ids becomes its\n"
+      "text and a newline (the text itself may hold newlines)");
   options.add_options()
       ("tokenizer", po::value<std::string>()->value_name("PATH")->required(),
        "tokenizer.json, or the model folder that holds it")

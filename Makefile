@@ -9,7 +9,8 @@ PACKAGES = build-essential cmake pkg-config git \
            openmpi-bin libopenmpi-dev \
            libhdf5-dev hdf5-tools \
            libboost-program-options-dev libboost-log-dev \
-           libgtest-dev nlohmann-json3-dev libzstd-dev libxxhash-dev
+           libgtest-dev nlohmann-json3-dev libzstd-dev libxxhash-dev \
+           libonig-dev libutf8proc-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -14,6 +14,7 @@
 #include "deck/deck.h"
 #include "driver/default_deck.h"
 #include "driver/run_job.h"
+#include "tasks/tokenize_command.h"
 
 namespace {
 
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
       std::cout << "tandem " TANDEM_VERSION " (" TANDEM_GIT_REVISION ")\n";
       return 0;
     }
+    if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);
   }
 
   Arguments args;

@@ -2,6 +2,7 @@
 // cache, errors) plus what only the host can observe directly: that offloaded pages
 // really go back to the kernel and that touching them faults.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -82,15 +83,29 @@ TEST(MemoryPoolCpu, OffloadedAndDroppedPagesGoBackToTheSystem) {
   EXPECT_EQ(std::memcmp(weights->ptr, data.data(), kBytes), 0);
 }
 
+// A forked child touches the memory. Not a gtest death test: libonig (the tokenizer's
+// regex engine) exports POSIX regcomp/regexec, which interpose glibc's and break the
+// regex matching that death tests do on the child's output.
+template <class Touch>
+bool touching_segfaults(Touch touch) {
+  const pid_t child = fork();
+  if (child == 0) {
+    touch();
+    std::_Exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
 TEST(MemoryPoolCpu, TouchingOffloadedOrDroppedMemoryFaults) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads may exist
   auto pool = MemoryPool::create(Device::CPU);
   Allocation* offloaded = pool->allocate(tags::optimizer, 4096, "adam.m");
   Allocation* dropped = pool->allocate(tags::derived, 4096, "cache");
   pool->offload(tags::optimizer);
   pool->drop(tags::derived);
-  EXPECT_EXIT((static_cast<volatile char*>(offloaded->ptr)[0] = 1, std::_Exit(0)), ::testing::KilledBySignal(SIGSEGV), "");
-  EXPECT_EXIT((void)static_cast<volatile char*>(dropped->ptr)[100], ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_TRUE(touching_segfaults([&] { static_cast<volatile char*>(offloaded->ptr)[0] = 1; }));
+  EXPECT_TRUE(touching_segfaults([&] { (void)static_cast<volatile char*>(dropped->ptr)[100]; }));
   pool->onload(tags::optimizer);
   static_cast<volatile char*>(offloaded->ptr)[0] = 1;  // mapped again
 }

@@ -93,7 +93,10 @@ std::string read_string_attribute(hid_t object, const std::string& name, const s
       checked(H5Aget_type(attribute.get()), H5Tclose, where + ": cannot read the type of attribute " + quoted(name));
   if (H5Tget_class(stored.get()) != H5T_STRING || H5Tis_variable_str(stored.get()) <= 0)
     throw std::runtime_error(where + ": attribute " + quoted(name) + " is not a variable-length string");
+  // Read in the stored character set: HDF5 will not convert ASCII to UTF-8, and hand
+  // edits (h5py, h5py's older versions, other tools) may write either.
   Handle type = utf8_string_type(where);
+  check(H5Tset_cset(type.get(), H5Tget_cset(stored.get())), where + ": cannot set the character set");
   char* text = nullptr;
   check(H5Aread(attribute.get(), type.get(), &text), where + ": cannot read attribute " + quoted(name));
   std::string value = text ? text : "";

@@ -1,5 +1,6 @@
 #include "model/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -250,20 +251,23 @@ void CpuOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tens
   expect_f32(dout, "matmul_backward", "dout", {N, O});
   if (dbias.data) expect_f32(dbias, "matmul_backward", "dbias", {O});
   const float* g = dout.ptr<float>();
-  // dx = dout · W: rows of dx are independent.
+  // Both products walk one operand row by row and reuse each row for kRows rows of the
+  // result while it is in L1, so the streamed operand is read N/kRows (or O/kRows) times.
+  constexpr int64_t kRows = 4;
+  // dx = dout · W: blocks of dx rows are independent.
 #pragma omp parallel for schedule(static) if (N * O * I >= kCpuParallelWork)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < O; ++o) axpy(dx.ptr<float>() + n * I, g[n * O + o], weight.ptr<float>() + o * I, I);
-  // dW = doutᵀ · x and dbias = Σ dout: rows of dW are independent.
+  for (int64_t n0 = 0; n0 < N; n0 += kRows)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t n = n0; n < std::min(n0 + kRows, N); ++n)
+        axpy(dx.ptr<float>() + n * I, g[n * O + o], weight.ptr<float>() + o * I, I);
+  // dW = doutᵀ · x and dbias = Σ dout: blocks of dW rows are independent.
 #pragma omp parallel for schedule(static) if (N * O * I >= kCpuParallelWork)
-  for (int64_t o = 0; o < O; ++o) {
-    float bias_sum = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      axpy(dweight.ptr<float>() + o * I, g[n * O + o], x.ptr<float>() + n * I, I);
-      bias_sum += g[n * O + o];
-    }
-    if (dbias.data) dbias.ptr<float>()[o] += bias_sum;
-  }
+  for (int64_t o0 = 0; o0 < O; o0 += kRows)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = o0; o < std::min(o0 + kRows, O); ++o) {
+        axpy(dweight.ptr<float>() + o * I, g[n * O + o], x.ptr<float>() + n * I, I);
+        if (dbias.data) dbias.ptr<float>()[o] += g[n * O + o];
+      }
 }
 
 void CpuOps::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) {

@@ -105,8 +105,10 @@ void parse_rope(const json& root, const Reader& top, const std::string& origin, 
   const Reader reader(rope, origin, prefix);
 
   config.rope_theta = reader.number("rope_theta", top.number("rope_theta", 10000.0));
-  const double partial = reader.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
-  if (partial != 1.0) reader.fail("partial_rotary_factor", "is " + std::to_string(partial) + "; tandem rotates whole heads only");
+  const Reader& partial_source = reader.has("partial_rotary_factor") ? reader : top;
+  const double partial = partial_source.number("partial_rotary_factor", 1.0);
+  if (partial != 1.0)
+    partial_source.fail("partial_rotary_factor", "is " + std::to_string(partial) + "; tandem rotates whole heads only");
 
   const std::string type = reader.string("rope_type", reader.string("type", "default"));
   if (type == "llama3") {

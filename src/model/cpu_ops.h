@@ -1,0 +1,50 @@
+// The FP32 CPU backend: the reference every other backend is checked against. Plain
+// loops, OpenMP across rows/heads where the work is large enough to pay for it.
+#pragma once
+#include <cstdint>
+
+#include "model/ops.h"
+
+namespace tandem {
+
+// Below this many multiply-adds a CPU loop runs on one thread: waking the team costs more
+// than it saves, and far more on a loaded machine, where spinning threads wait for a core.
+inline constexpr int64_t kCpuParallelWork = 1 << 16;
+
+class CpuOps final : public Ops {
+ public:
+  Device device() const override { return Device::CPU; }
+
+  void copy_from_host(const Tensor& dst, const void* src) override;
+  void zero(const Tensor& dst) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
+
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                       float eps) override;
+  void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                        const Tensor& weight, const Tensor& rstd) override;
+
+  void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) override;
+  void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& x, const Tensor& weight) override;
+
+  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) override;
+  void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) override;
+
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& cu_seqlens, int heads, int kv_heads) override;
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& cu_seqlens, int heads, int kv_heads) override;
+
+  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                       const Tensor& up) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+};
+
+}  // namespace tandem

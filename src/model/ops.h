@@ -1,0 +1,72 @@
+// The operations the decoder is made of, behind one interface with one implementation
+// per backend: CpuOps (FP32 reference, plain C++) and later a CUDA backend (BF16 data,
+// FP32 accumulation). Tensors carry their dtype and device; a backend refuses those it
+// cannot handle with an error naming the op and the argument.
+//
+// Conventions, the same in every backend:
+// - Row-major tensors; a "row" is one token. Linear weights are [out, in] as in PyTorch,
+//   so matmul_forward computes out = in · Wᵀ (+ bias).
+// - Backward ops ACCUMULATE (+=) into every gradient they write, input gradients included
+//   (llm.c's convention): a residual branch adds its share into the shared gradient buffer,
+//   and gradients of weights add up over micro-batches. The caller zeroes buffers first.
+// - Statistics kept for backward (RMSNorm reciprocal std, attention log-sum-exp) are FP32.
+// - Packed batches: sequences are laid end to end, with no padding; cu_seqlens (I32,
+//   sequences+1 offsets starting at 0) marks where each begins, and attention never
+//   crosses a boundary. positions (I32) restart at 0 in each sequence.
+#pragma once
+#include "tensor/tensor.h"
+
+namespace tandem {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  // Host -> this backend's memory, dst.nbytes() bytes.
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
+  virtual void zero(const Tensor& dst) = 0;
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+
+  // out[t] = table[ids[t]]: out [T, C], table [V, C], ids I32 [T].
+  virtual void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  virtual void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) = 0;
+
+  // out = x / sqrt(mean(x²) + eps) * weight over the last dim: x, out [N, D], weight [D],
+  // rstd F32 [N]. Works per token ([T, hidden]) and per head ([T*heads, head_dim]).
+  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                const Tensor& weight, const Tensor& rstd) = 0;
+
+  // out [N, O] = x [N, I] · weight [O, I]ᵀ + bias [O]; bias and dbias may be empty
+  // (data == nullptr) when the layer has none.
+  virtual void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) = 0;
+  virtual void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                               const Tensor& x, const Tensor& weight) = 0;
+
+  // RoPE in place on x [T, heads*head_dim], Hugging Face's rotate_half pairing (dims i and
+  // i + head_dim/2 rotate together by position * inv_freq[i]). inv_freq F32 [head_dim/2].
+  // The backward pass rotates the gradient back by the same angle (in place too).
+  virtual void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
+  virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
+
+  // Causal grouped-query attention within each packed sequence, scale 1/sqrt(head_dim).
+  // q, out [T, heads*head_dim]; k, v [T, kv_heads*head_dim]; lse F32 [T, heads] keeps the
+  // softmax normaliser so backward recomputes the probabilities instead of storing T².
+  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) = 0;
+  virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                  const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) = 0;
+
+  // out = silu(gate) * up, all [N, I].
+  virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                               const Tensor& up) = 0;
+
+  // out = a + b (the residual stream; out may alias a).
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+};
+
+}  // namespace tandem

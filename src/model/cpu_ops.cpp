@@ -1,5 +1,7 @@
 #include "model/cpu_ops.h"
 
+#include "model/op_args.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,28 +13,10 @@ namespace tandem {
 
 namespace {
 
-constexpr int64_t kAny = -1;
+constexpr int64_t kAny = kAnyExtent;
 
-// Every argument is checked once per call: a wrong shape is a bug in the caller, and the
-// message should say which op and which argument before any memory is touched.
 void expect(const Tensor& t, const char* op, const char* arg, DType dtype, std::initializer_list<int64_t> shape) {
-  auto fail = [&](const std::string& why) {
-    throw std::invalid_argument(std::string("CpuOps::") + op + ": argument '" + arg + "' " + why);
-  };
-  if (!t.data) fail("is empty");
-  if (t.device != Device::CPU) fail("must be in host memory, got " + t.describe());
-  if (t.dtype != dtype) fail(std::string("must be ") + dtype_name(dtype) + ", got " + t.describe());
-  if (!t.is_contiguous()) fail("must be contiguous, got " + t.describe());
-  bool match = t.rank() == static_cast<int>(shape.size());
-  for (size_t i = 0; match && i < shape.size(); ++i) match = shape.begin()[i] == kAny || t.shape[i] == shape.begin()[i];
-  if (!match) {
-    std::string wanted = "[";
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (i) wanted += ',';
-      wanted += shape.begin()[i] == kAny ? std::string("*") : std::to_string(shape.begin()[i]);
-    }
-    fail("must have shape " + wanted + "], got " + t.describe());
-  }
+  check_op_arg(t, (std::string("CpuOps::") + op).c_str(), arg, Device::CPU, {dtype}, shape);
 }
 
 void expect_f32(const Tensor& t, const char* op, const char* arg, std::initializer_list<int64_t> shape) {

@@ -6,54 +6,12 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "tensor/bf16.h"
+#include "tensor/f16.h"
 
 namespace tandem {
 
 namespace {
-
-float bf16_to_f32(uint16_t half) {
-  const uint32_t bits = static_cast<uint32_t>(half) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-uint16_t f32_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);                  // nearest even
-}
-
-float f16_to_f32(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
-  const uint32_t exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ff;
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
-    return sign ? -magnitude : magnitude;
-  }
-  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
-                                       : sign | ((exponent + 112) << 23) | (mantissa << 13);
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-uint16_t f32_to_f16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  const float magnitude = std::fabs(value);
-  if (std::isnan(value)) return sign | 0x7e00;
-  if (magnitude >= 65520.0f) return sign | 0x7c00;  // rounds past the largest half, 65504
-  if (magnitude < 0x1p-14f)                          // subnormal: a multiple of 2^-24
-    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 0x1p24f));
-  const uint32_t exponent = ((bits >> 23) & 0xff) - 127 + 15, mantissa = bits & 0x7fffff;
-  uint32_t half = (exponent << 10) | (mantissa >> 13);
-  const uint32_t rest = mantissa & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // a carry moves into the exponent, as it should
-  return sign | static_cast<uint16_t>(half);
-}
 
 void expect_host_f32(const ParameterSet& params, const char* what) {
   if (!params.layout) throw std::invalid_argument(std::string(what) + ": the parameter set is not bound to a layout");
@@ -108,7 +66,7 @@ void load_hf_weights(const std::filesystem::path& folder, const ParameterSet& pa
         for (int64_t e = 0; e < count; ++e) {
           uint16_t half;
           std::memcpy(&half, source + 2 * e, sizeof half);  // offsets may be unaligned
-          target[e] = entry.dtype == DType::BF16 ? bf16_to_f32(half) : f16_to_f32(half);
+          target[e] = entry.dtype == DType::BF16 ? bf16_to_float(half) : f16_to_float(half);
         }
         break;
       default:
@@ -136,7 +94,7 @@ void export_hf(const std::filesystem::path& folder, const ParameterSet& params, 
     if (dtype != DType::F32) {
       auto& halves = converted.emplace_back(info.numel());
       for (int64_t e = 0; e < info.numel(); ++e)
-        halves[e] = dtype == DType::BF16 ? f32_to_bf16(source[e]) : f32_to_f16(source[e]);
+        halves[e] = dtype == DType::BF16 ? float_to_bf16(source[e]) : float_to_f16(source[e]);
       data = halves.data();
     }
     tensors.push_back({info.name, dtype, info.shape, data});

@@ -1,6 +1,7 @@
-// AdamW with decoupled weight decay, on FP32 master weights (PyTorch's torch.optim.AdamW
-// update, bias-corrected moments). The state is two FP32 buffers the size of the
-// parameters, which the caller allocates under the optimizer tag.
+// AdamW with decoupled weight decay on FP32 master weights (torch.optim.AdamW's update,
+// bias-corrected moments). The state is two FP32 buffers the size of the parameters,
+// which the caller allocates under the optimizer tag. Callers step one tensor (or one
+// slab range) at a time, so weight decay is chosen per tensor (2-D matrices only).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,9 +16,19 @@ struct AdamWSettings {
   double weight_decay = 0.0;
 };
 
-// One step over `count` parameters; `step` counts from 1. `decay_mask` (may be null)
-// says per parameter whether weight decay applies (1) or not (0).
+// The scalars of step `step` (counting from 1), shared by the CPU and CUDA versions so
+// both compute the same update.
+struct AdamWStepScalars {
+  float step_size;   // lr / (1 - beta1^step)
+  float bias2_sqrt;  // sqrt(1 - beta2^step)
+  float beta1, beta2, eps;
+  float decay;       // 1 - lr * weight_decay, or 1 without decay
+};
+AdamWStepScalars adamw_scalars(const AdamWSettings& settings, int64_t step, bool apply_decay);
+
+// One step over `count` parameters in host memory. When `working` is not null, the
+// updated parameters are also written there as BF16 bits (the derived working copy).
 void adamw_step_cpu(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
-                    int64_t step, const AdamWSettings& settings, const uint8_t* decay_mask = nullptr);
+                    const AdamWStepScalars& scalars, uint16_t* working = nullptr);
 
 }  // namespace tandem

@@ -141,6 +141,10 @@ TEST(Sampler, RefusesNaNLogitsAndBadParameters) {
   std::mt19937_64 rng = request_rng(0, 0);
   std::vector<float> logits = {0.0f, NAN};
   EXPECT_THROW(sampler.sample(logits, SamplingParams{}, rng), std::runtime_error);
+  logits = {-INFINITY, -INFINITY};
+  EXPECT_THROW(sampler.sample(logits, SamplingParams{}, rng), std::runtime_error);
+  logits = {-INFINITY, 0.0f};  // a masked token is never drawn
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(sampler.sample(logits, SamplingParams{}, rng).id, 1);
   auto invalid = [](auto edit) {
     SamplingParams params;
     edit(params);

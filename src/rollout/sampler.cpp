@@ -49,10 +49,12 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   int32_t argmax = 0;
   for (int64_t i = 0; i < V; ++i) {
     const float z = logits[i] / temperature;
-    if (std::isnan(z)) throw std::runtime_error("Sampler::sample: logit " + std::to_string(i) + " is NaN");
+    if (std::isnan(z) || z == INFINITY)
+      throw std::runtime_error("Sampler::sample: logit " + std::to_string(i) + " is " + std::to_string(logits[i]));
     weights_[i] = z;
     if (z > max) max = z, argmax = static_cast<int32_t>(i);
   }
+  if (max == -INFINITY) throw std::runtime_error("Sampler::sample: every logit is -inf");
   double sum = 0;
   for (int64_t i = 0; i < V; ++i) sum += (weights_[i] = std::exp(weights_[i] - max));
   const double log_sum = std::log(sum);

@@ -211,6 +211,20 @@ TEST(EngineStops, StopStringsMatchTheDecodedText) {
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + expected_length));
 }
 
+TEST(EngineStops, IdsBeyondTheTokenizerDoNotBreakStopStrings) {
+  const CharTokenizer tokenizer("abcdefghijklmnopqrstuvwxyz");  // ids 0..28 of the model's 32
+  RolloutRig rig(testing::tiny_config(true, false, true));
+  auto engine = rig.make_engine(small_engine_options(), &tokenizer);
+  GenerationRequest request{1, tokenizer.encode("abc"), {}};
+  request.sampling.max_new_tokens = 50;
+  request.sampling.temperature = 5;  // flat enough to draw the ids past the tokenizer
+  request.sampling.stop_strings = {"never there"};
+  const Completion completion = engine->generate({request}).front();
+  EXPECT_EQ(completion.finish, FinishReason::Length);
+  EXPECT_GT(std::count_if(completion.tokens.begin(), completion.tokens.end(), [](int32_t id) { return id >= 29; }), 0)
+      << "the test needs a sampled id the tokenizer lacks; change the seed";
+}
+
 TEST(EngineStops, MaxNewTokensEndsWithLength) {
   RolloutRig rig(testing::tiny_config(false, false, false));
   auto engine = rig.make_engine();

@@ -15,7 +15,8 @@ namespace tandem {
 // the last token was just added. Only the tail is decoded, enough tokens to hold the
 // longest stop string (every token decodes to at least one byte) plus a few for a
 // character split at the window's start: a match that did not involve the last token
-// would have been found one token earlier, so any match in the window is new.
+// would have been found one token earlier, so any match in the window is new. Ids the
+// tokenizer does not have decode to nothing.
 std::optional<std::string> find_stop_string(const Tokenizer& tokenizer, std::span<const int32_t> completion,
                                             const std::vector<std::string>& stops);
 

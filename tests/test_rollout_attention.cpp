@@ -75,8 +75,7 @@ TEST(CpuPagedAttention, MatchesPackedCausalAttentionForPrefillAndDecode) {
   std::copy_n(q.begin() + 12 * QD, QD, last_q.begin());
   std::copy_n(q.begin() + 19 * QD, QD, last_q.begin() + QD);
   std::vector<int32_t> decode_cu = {0, 1, 2}, decode_slots = {slots[12], slots[19]};
-  paged.attend(f32(last_out, {2, QD}), f32(last_q, {2, QD}), f32(key_cache, {rows, KD}),
-               f32(value_cache, {rows, KD}),
+  paged.attend(f32(last_out, {2, QD}), f32(last_q, {2, QD}), f32(key_cache, {rows, KD}), f32(value_cache, {rows, KD}),
                {i32(decode_slots, {2}), i32(decode_cu, {3}), i32(context, {2}), i32(tables, {2, max_blocks}), kBlock},
                kHeads, kKvHeads);
   EXPECT_TRUE(std::equal(last_out.begin(), last_out.begin() + QD, expected.begin() + 12 * QD));
@@ -88,19 +87,19 @@ TEST(CpuPagedAttention, RefusesIndicesOutsideTheCache) {
   std::vector<float> cache(rows * KD), values(rows * KD), k(KD), q(QD), out(QD);
   CpuPagedAttention paged;
   std::vector<int32_t> slot = {8};
-  EXPECT_THROW(paged.store(f32(cache, {rows, KD}), f32(values, {rows, KD}), f32(k, {1, KD}), f32(k, {1, KD}),
-                           i32(slot, {1})),
-               std::invalid_argument);
+  EXPECT_THROW(
+      paged.store(f32(cache, {rows, KD}), f32(values, {rows, KD}), f32(k, {1, KD}), f32(k, {1, KD}), i32(slot, {1})),
+      std::invalid_argument);
   std::vector<int32_t> cu = {0, 1}, context = {5}, tables = {0, 2};  // block 2 is rows 8..11: outside
-  EXPECT_THROW(paged.attend(f32(out, {1, QD}), f32(q, {1, QD}), f32(cache, {rows, KD}), f32(values, {rows, KD}),
-                            {i32(slot, {1}), i32(cu, {2}), i32(context, {1}), i32(tables, {1, 2}), kBlock}, kHeads,
-                            kKvHeads),
-               std::invalid_argument);
+  EXPECT_THROW(
+      paged.attend(f32(out, {1, QD}), f32(q, {1, QD}), f32(cache, {rows, KD}), f32(values, {rows, KD}),
+                   {i32(slot, {1}), i32(cu, {2}), i32(context, {1}), i32(tables, {1, 2}), kBlock}, kHeads, kKvHeads),
+      std::invalid_argument);
   context = {9};  // more than the table's 2 blocks hold
-  EXPECT_THROW(paged.attend(f32(out, {1, QD}), f32(q, {1, QD}), f32(cache, {rows, KD}), f32(values, {rows, KD}),
-                            {i32(slot, {1}), i32(cu, {2}), i32(context, {1}), i32(tables, {1, 2}), kBlock}, kHeads,
-                            kKvHeads),
-               std::invalid_argument);
+  EXPECT_THROW(
+      paged.attend(f32(out, {1, QD}), f32(q, {1, QD}), f32(cache, {rows, KD}), f32(values, {rows, KD}),
+                   {i32(slot, {1}), i32(cu, {2}), i32(context, {1}), i32(tables, {1, 2}), kBlock}, kHeads, kKvHeads),
+      std::invalid_argument);
 }
 
 TEST(KvCache, GeometryFromBytesAndOneTaggedAllocation) {

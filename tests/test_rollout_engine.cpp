@@ -15,9 +15,9 @@
 namespace tandem {
 namespace {
 
-using testing::RolloutRig;
 using testing::random_prompt;
 using testing::reference_logprob;
+using testing::RolloutRig;
 using testing::small_engine_options;
 
 struct Variant {

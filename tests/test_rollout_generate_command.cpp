@@ -4,8 +4,8 @@
 // the tokenizer's EOS as a stop), the chat template must wrap the prompt, and a seed must
 // reproduce a sampled completion.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "model/hf_import.h"
@@ -31,9 +31,15 @@ void write_model_folder(const std::filesystem::path& folder) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_level::byte_symbols()[b]] = b;
   nlohmann::json added = nlohmann::json::array();
-  for (const auto& [id, text] : {std::pair{kImStart, "<|im_start|>"}, {kImEnd, "<|im_end|>"}, {kEndOfText, "<|endoftext|>"}})
-    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+  for (const auto& [id, text] :
+       {std::pair{kImStart, "<|im_start|>"}, {kImEnd, "<|im_end|>"}, {kEndOfText, "<|endoftext|>"}})
+    added.push_back({{"id", id},
+                     {"content", text},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   const nlohmann::json tokenizer = {
       {"version", "1.0"},
       {"added_tokens", added},
@@ -42,8 +48,12 @@ void write_model_folder(const std::filesystem::path& folder) {
        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
       {"post_processor", nullptr},
       {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab},
-                 {"merges", nlohmann::json::array()}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array()}}},
   };
   testing::write_text(folder / "tokenizer.json", tokenizer.dump());
   testing::write_text(folder / "tokenizer_config.json", R"({"eos_token": "<|endoftext|>"})");
@@ -102,8 +112,8 @@ class GenerateCommand : public ::testing::Test {
 testing::TempDir* GenerateCommand::dir_ = nullptr;
 
 TEST_F(GenerateCommand, GreedyPrintsTheEnginesTokensAndText) {
-  const CommandOutput out = run_generate({"--model", folder(), "--prompt", "Hello, world", "--temperature", "0",
-                                          "--max-new", "10", "--ids"});
+  const CommandOutput out =
+      run_generate({"--model", folder(), "--prompt", "Hello, world", "--temperature", "0", "--max-new", "10", "--ids"});
   ASSERT_EQ(out.status, 0) << out.errors;
   ASSERT_GE(out.lines.size(), 2u) << "a text line (random bytes may hold newlines too) and the ids line";
   SamplingParams greedy;

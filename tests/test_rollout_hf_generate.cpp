@@ -4,9 +4,9 @@
 // tools/fixtures/make_generate_fixture.py. All prompts run as ONE continuously batched
 // rollout here, one at a time there. Skips while a fixture file is absent.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/hf_import.h"
 #include "support.h"

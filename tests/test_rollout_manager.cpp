@@ -14,8 +14,8 @@
 namespace tandem {
 namespace {
 
-using testing::RolloutRig;
 using testing::random_prompt;
+using testing::RolloutRig;
 
 struct Rollout {
   explicit Rollout(int instances, EngineOptions options = testing::small_engine_options())

@@ -31,8 +31,8 @@ struct Simulation {
   void run() {
     while (!finished_ids_complete()) {
       const std::vector<ScheduledChunk> chunks = scheduler.schedule();
-      ASSERT_FALSE(chunks.empty()) << "no progress with " << scheduler.running() << " running, "
-                                   << scheduler.waiting() << " waiting";
+      ASSERT_FALSE(chunks.empty()) << "no progress with " << scheduler.running() << " running, " << scheduler.waiting()
+                                   << " waiting";
       ++steps;
       int64_t tokens = 0;
       bool seen_prefill = false;

@@ -6,7 +6,8 @@
 namespace tandem {
 
 BlockAllocator::BlockAllocator(int32_t blocks) {
-  if (blocks < 1) throw std::invalid_argument("BlockAllocator: needs at least one block, got " + std::to_string(blocks));
+  if (blocks < 1)
+    throw std::invalid_argument("BlockAllocator: needs at least one block, got " + std::to_string(blocks));
   in_use_.assign(blocks, false);
   free_.reserve(blocks);
   // Pushed in reverse so the first blocks handed out are 0, 1, 2, ...

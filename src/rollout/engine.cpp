@@ -93,7 +93,8 @@ const float* Engine::host_logits(const Tensor& logits) {
 bool Engine::finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const {
   const SamplingParams& sampling = sequence.request.sampling;
   const int32_t last = sequence.tokens.back();
-  if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), last) != sampling.stop_token_ids.end()) {
+  if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), last) !=
+      sampling.stop_token_ids.end()) {
     reason = FinishReason::Stop;
     return true;
   }

@@ -40,7 +40,7 @@ struct EngineOptions {
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t forward_tokens = 0;    // tokens run through the model, recomputation included
+  int64_t forward_tokens = 0;  // tokens run through the model, recomputation included
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
 };
@@ -50,8 +50,8 @@ class Engine {
   // `weights` (in options.dtype, in the backend's memory) and `tokenizer` must outlive the
   // engine; the tokenizer is needed only for stop strings. The KV cache and the step
   // scratch are allocated from `pool` under tags::kv_cache.
-  Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention,
-         MemoryPool& pool, const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+  Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention, MemoryPool& pool,
+         const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
 
   // Queues a request. Throws std::invalid_argument when it is malformed or could never
   // fit: empty prompt, id outside the vocabulary, prompt + max_new_tokens beyond the

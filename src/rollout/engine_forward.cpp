@@ -21,7 +21,12 @@ Tensor per_head_rows(const Tensor& x, int heads) {
 
 EngineForward::EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool,
                              StepCapacity capacity, DType dtype, const std::string& name)
-    : config_(config), ops_(ops), attention_(attention), pool_(pool), capacity_(capacity), dtype_(dtype),
+    : config_(config),
+      ops_(ops),
+      attention_(attention),
+      pool_(pool),
+      capacity_(capacity),
+      dtype_(dtype),
       inv_freq_(config.rope_inv_freq()) {
   config_.validate();
   if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)

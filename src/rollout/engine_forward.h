@@ -21,9 +21,9 @@
 namespace tandem {
 
 struct StepCapacity {
-  int64_t max_tokens = 0;      // new tokens in one step, over all sequences
-  int64_t max_sequences = 0;   // sequences in one step
-  int64_t max_blocks = 0;      // block table width: blocks of the longest sequence
+  int64_t max_tokens = 0;     // new tokens in one step, over all sequences
+  int64_t max_sequences = 0;  // sequences in one step
+  int64_t max_blocks = 0;     // block table width: blocks of the longest sequence
 };
 
 // One step's batch on the host: sequence b's new tokens are token_ids[cu_queries[b] ..
@@ -42,8 +42,8 @@ class EngineForward {
  public:
   // Scratch for `capacity` comes from the pool under tags::kv_cache: like the cache, its
   // contents live for one step and it can be dropped whenever the cache is.
-  EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool,
-                StepCapacity capacity, DType dtype, const std::string& name);
+  EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool, StepCapacity capacity,
+                DType dtype, const std::string& name);
   ~EngineForward();
   EngineForward(const EngineForward&) = delete;
   EngineForward& operator=(const EngineForward&) = delete;
@@ -57,7 +57,7 @@ class EngineForward {
  private:
   struct Scratch {
     Tensor token_ids, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
-    Tensor inv_freq, rstd;                                                               // F32
+    Tensor inv_freq, rstd;                                                                  // F32
     Tensor hidden, normed, q, k, v, q_normed, k_normed, attention, branch, gate, up, mlp;
     Tensor last_hidden, last_normed, logits;
   };

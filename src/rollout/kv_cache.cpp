@@ -9,7 +9,8 @@ size_t KvCacheGeometry::block_bytes() const {
 }
 
 KvCacheGeometry KvCacheGeometry::for_bytes(const ModelConfig& config, size_t bytes, int block_size, DType dtype) {
-  if (block_size < 1) throw std::invalid_argument("KV cache: block size must be >= 1, got " + std::to_string(block_size));
+  if (block_size < 1)
+    throw std::invalid_argument("KV cache: block size must be >= 1, got " + std::to_string(block_size));
   KvCacheGeometry geometry{config.layers, config.kv_dim(), block_size, 0, dtype};
   const size_t blocks = bytes / geometry.block_bytes();
   if (blocks < 1)
@@ -31,7 +32,8 @@ KvCache::KvCache(MemoryPool& pool, const KvCacheGeometry& geometry, const std::s
   char* base = static_cast<char*>(allocation_->ptr);
   for (int l = 0; l < geometry.layers; ++l) {
     keys_.push_back(Tensor::view(base + (2 * l) * region, geometry.dtype, pool.device(), {rows, geometry.kv_dim}));
-    values_.push_back(Tensor::view(base + (2 * l + 1) * region, geometry.dtype, pool.device(), {rows, geometry.kv_dim}));
+    values_.push_back(
+        Tensor::view(base + (2 * l + 1) * region, geometry.dtype, pool.device(), {rows, geometry.kv_dim}));
   }
 }
 

@@ -17,8 +17,8 @@ InstanceStatus snapshot(const Engine& engine) {
 }  // namespace
 
 bool RolloutGroup::complete() const {
-  return !samples.empty() &&
-         std::all_of(samples.begin(), samples.end(), [](const Completion& c) { return c.finish != FinishReason::Abort; });
+  return !samples.empty() && std::all_of(samples.begin(), samples.end(),
+                                         [](const Completion& c) { return c.finish != FinishReason::Abort; });
 }
 
 RolloutManager::RolloutManager(std::vector<std::unique_ptr<Engine>> engines) {
@@ -224,8 +224,7 @@ RolloutResult RolloutManager::generate(const std::vector<RolloutPrompt>& prompts
       arrived.swap(results_);
     }
     absorb(arrived);
-    if (groups_done != groups.size())
-      throw std::logic_error("RolloutManager: an abort left samples unaccounted for");
+    if (groups_done != groups.size()) throw std::logic_error("RolloutManager: an abort left samples unaccounted for");
     break;
   }
   if (!failure.empty()) throw std::runtime_error(failure);

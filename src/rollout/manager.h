@@ -36,8 +36,8 @@ struct RolloutPrompt {
 };
 
 struct RolloutGroup {
-  size_t index = 0;   // position in the prompts given to generate()
-  int instance = 0;   // the engine instance that ran it
+  size_t index = 0;                 // position in the prompts given to generate()
+  int instance = 0;                 // the engine instance that ran it
   std::vector<Completion> samples;  // in sample order
   // Every sample finished by a stop or by length.
   bool complete() const;
@@ -110,8 +110,8 @@ class RolloutManager {
   std::mutex results_mutex_;
   std::condition_variable results_ready_;
   std::vector<std::pair<int, Completion>> results_;
-  std::string failure_;               // the first instance error
-  std::string abort_reason_;          // set by abort()
+  std::string failure_;       // the first instance error
+  std::string abort_reason_;  // set by abort()
   bool generating_ = false, shut_down_ = false;
   std::condition_variable generate_ended_;
 };

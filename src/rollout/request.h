@@ -14,7 +14,7 @@ struct SamplingParams {
   int max_new_tokens = 16;
   std::vector<int32_t> stop_token_ids;    // EOS ids: the token is kept and generation ends
   std::vector<std::string> stop_strings;  // ends when the decoded completion contains one
-  uint64_t seed = 0;  // with the request id, seeds the request's own random stream
+  uint64_t seed = 0;                      // with the request id, seeds the request's own random stream
 
   // Throws std::invalid_argument naming the first field out of range.
   void validate() const;

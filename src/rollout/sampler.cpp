@@ -58,9 +58,7 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   double sum = 0;
   for (int64_t i = 0; i < V; ++i) sum += (weights_[i] = std::exp(weights_[i] - max));
   const double log_sum = std::log(sum);
-  auto logprob_of = [&](int32_t id) {
-    return static_cast<float>((logits[id] / temperature - max) - log_sum);
-  };
+  auto logprob_of = [&](int32_t id) { return static_cast<float>((logits[id] / temperature - max) - log_sum); };
   if (greedy) return {argmax, logprob_of(argmax)};
 
   const double u = uniform01(rng);
@@ -72,7 +70,9 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
 
   order_.resize(V);
   std::iota(order_.begin(), order_.end(), 0);
-  auto more_likely = [&](int32_t a, int32_t b) { return weights_[a] > weights_[b] || (weights_[a] == weights_[b] && a < b); };
+  auto more_likely = [&](int32_t a, int32_t b) {
+    return weights_[a] > weights_[b] || (weights_[a] == weights_[b] && a < b);
+  };
   if (k < V)
     std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), more_likely);
   else

@@ -35,8 +35,8 @@ struct Sequence {
 };
 
 struct SchedulerLimits {
-  int max_running = 64;             // sequences in one step
-  int64_t max_step_tokens = 2048;   // new tokens in one step; at least max_running
+  int max_running = 64;            // sequences in one step
+  int64_t max_step_tokens = 2048;  // new tokens in one step; at least max_running
 };
 
 // The next `tokens` uncached tokens of a sequence, computed in this step.

@@ -51,6 +51,33 @@ TEST_P(RolloutHfGenerate, GreedyTokensMatchTransformersGenerate) {
   }
 }
 
+// Without the generate fixture: on the same models (real head sizes, Llama 3 RoPE scaling,
+// q/k/v bias), greedy decoding through the cache picks the argmax of the trainer's full
+// forward, which tests/test_model_hf_fixtures.cpp holds to transformers' logits.
+TEST_P(RolloutHfGenerate, GreedyWithCacheIsTheArgmaxOfTheFullForward) {
+  const std::filesystem::path folder = testing::source_dir() / "tests" / "fixtures" / "model" / GetParam();
+  if (!std::filesystem::exists(folder / "config.json")) GTEST_SKIP() << folder << " is absent";
+  testing::RolloutRig rig(load_hf_config(folder));
+  load_hf_weights(folder, rig.model.params);
+  auto engine = rig.make_engine();
+  const int V = rig.model.config.vocab;
+  GenerationRequest request{0, testing::random_prompt(9, V, 4), {}};
+  request.sampling.temperature = 0;
+  request.sampling.max_new_tokens = 16;
+  const Completion completion = engine->generate({request}).front();
+  ASSERT_EQ(completion.tokens.size(), 16u);
+
+  std::vector<int32_t> sequence = request.prompt;
+  sequence.insert(sequence.end(), completion.tokens.begin(), completion.tokens.end() - 1);
+  const std::vector<int32_t> cu = {0, static_cast<int32_t>(sequence.size())};
+  const Tensor logits = rig.model.transformer.forward(rig.model.params, rig.model.acts, sequence, cu);
+  for (size_t i = 0; i < completion.tokens.size(); ++i) {
+    const float* row = logits.ptr<float>() + (request.prompt.size() - 1 + i) * V;  // causal: sees tokens < i only
+    EXPECT_EQ(completion.tokens[i], std::max_element(row, row + V) - row) << "step " << i;
+    EXPECT_NEAR(completion.logprobs[i], testing::reference_logprob(row, V, completion.tokens[i], 1.0), 1e-5);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, RolloutHfGenerate, ::testing::Values("qwen3", "llama", "qwen2"));
 
 }  // namespace

@@ -1,0 +1,132 @@
+#include "rollout/cpu_paged_attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/cpu_ops.h"
+#include "model/op_args.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr Device kCpu = Device::CPU;
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+inline void axpy(float* y, float a, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+[[noreturn]] void fail(const char* op, const std::string& why) {
+  throw std::invalid_argument(std::string("CpuPagedAttention::") + op + ": " + why);
+}
+
+}  // namespace
+
+void CpuPagedAttention::store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+                              const Tensor& slots) {
+  const char* op = "CpuPagedAttention::store";
+  check_op_arg(key_cache, op, "key_cache", kCpu, {DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t rows = key_cache.shape[0], width = key_cache.shape[1];
+  check_op_arg(value_cache, op, "value_cache", kCpu, {DType::F32}, {rows, width});
+  check_op_arg(slots, op, "slots", kCpu, {DType::I32}, {kAnyExtent});
+  const int64_t T = slots.shape[0];
+  check_op_arg(k, op, "k", kCpu, {DType::F32}, {T, width});
+  check_op_arg(v, op, "v", kCpu, {DType::F32}, {T, width});
+  const int32_t* slot = slots.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    if (slot[t] < 0 || slot[t] >= rows)
+      fail("store", "slot " + std::to_string(slot[t]) + " of token " + std::to_string(t) + " is outside the " +
+                        std::to_string(rows) + " cache rows");
+    std::memcpy(key_cache.ptr<float>() + slot[t] * width, k.ptr<float>() + t * width, width * sizeof(float));
+    std::memcpy(value_cache.ptr<float>() + slot[t] * width, v.ptr<float>() + t * width, width * sizeof(float));
+  }
+}
+
+void CpuPagedAttention::attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+                               const PagedBatch& batch, int heads, int kv_heads) {
+  const char* op = "CpuPagedAttention::attend";
+  check_op_arg(q, op, "q", kCpu, {DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t T = q.shape[0];
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || q.shape[1] % heads != 0)
+    fail("attend", std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
+                       " key/value heads do not fit q " + q.describe());
+  const int64_t D = q.shape[1] / heads;
+  check_op_arg(out, op, "out", kCpu, {DType::F32}, {T, heads * D});
+  check_op_arg(key_cache, op, "key_cache", kCpu, {DType::F32}, {kAnyExtent, kv_heads * D});
+  const int64_t rows = key_cache.shape[0];
+  check_op_arg(value_cache, op, "value_cache", kCpu, {DType::F32}, {rows, kv_heads * D});
+  check_op_arg(batch.cu_queries, op, "cu_queries", kCpu, {DType::I32}, {kAnyExtent});
+  const int64_t B = batch.cu_queries.shape[0] - 1;
+  check_op_arg(batch.context_lens, op, "context_lens", kCpu, {DType::I32}, {B});
+  check_op_arg(batch.block_tables, op, "block_tables", kCpu, {DType::I32}, {B, kAnyExtent});
+  const int64_t max_blocks = batch.block_tables.shape[1], bs = batch.block_size;
+  const int32_t* cu = batch.cu_queries.ptr<int32_t>();
+  const int32_t* context = batch.context_lens.ptr<int32_t>();
+  const int32_t* tables = batch.block_tables.ptr<int32_t>();
+  if (B < 1 || cu[0] != 0 || cu[B] != T) fail("attend", "cu_queries must run from 0 to " + std::to_string(T));
+
+  // Every index is checked before the parallel loop, which must not throw.
+  std::vector<int32_t> sequence_of(T);
+  int64_t work = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t queries = cu[b + 1] - cu[b], blocks = (context[b] + bs - 1) / bs;
+    if (queries < 1 || context[b] < queries || blocks > max_blocks)
+      fail("attend", "sequence " + std::to_string(b) + " has " + std::to_string(queries) + " new tokens and " +
+                         std::to_string(context[b]) + " cached (at most " + std::to_string(max_blocks * bs) + ")");
+    for (int64_t j = 0; j < blocks; ++j)
+      if (tables[b * max_blocks + j] < 0 || (tables[b * max_blocks + j] + 1) * bs > rows)
+        fail("attend", "sequence " + std::to_string(b) + " block " + std::to_string(j) + " is " +
+                           std::to_string(tables[b * max_blocks + j]) + ", outside the cache");
+    for (int32_t t = cu[b]; t < cu[b + 1]; ++t) sequence_of[t] = static_cast<int32_t>(b);
+    work += queries * context[b] * heads * D;
+  }
+
+  const int group = heads / kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
+#pragma omp parallel if (work >= kCpuParallelWork)
+  {
+    std::vector<float> p;
+    std::vector<const float*> key_rows, value_rows;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t item = 0; item < T * heads; ++item) {
+      const int64_t t = item / heads;
+      const int h = static_cast<int>(item % heads), g = h / group;
+      const int64_t b = sequence_of[t];
+      const int64_t count = context[b] - (cu[b + 1] - t) + 1;  // keys up to and including this position
+      const int32_t* table = tables + b * max_blocks;
+      key_rows.resize(count);
+      value_rows.resize(count);
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t row = table[j / bs] * bs + j % bs;
+        key_rows[j] = key_cache.ptr<float>() + row * kv_stride + g * D;
+        value_rows[j] = value_cache.ptr<float>() + row * kv_stride + g * D;
+      }
+      const float* qi = q.ptr<float>() + t * q_stride + h * D;
+      p.resize(count);
+      float max = -INFINITY;
+      for (int64_t j = 0; j < count; ++j) {
+        p[j] = dot(qi, key_rows[j], D) * scale;
+        max = std::max(max, p[j]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < count; ++j) sum += (p[j] = std::exp(p[j] - max));
+      float* oi = out.ptr<float>() + t * q_stride + h * D;
+      std::memset(oi, 0, D * sizeof(float));
+      for (int64_t j = 0; j < count; ++j) axpy(oi, p[j] / sum, value_rows[j], D);
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,17 @@
+// FP32 paged attention on the host, the reference for the CUDA kernels. Each query row
+// is computed as CpuOps::attention_forward computes it (scores, max, exp, sum, weighted
+// values, in that order), so on equal inputs the two agree bit for bit.
+#pragma once
+#include "rollout/paged_attention.h"
+
+namespace tandem {
+
+class CpuPagedAttention final : public PagedAttention {
+ public:
+  void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+             const Tensor& slots) override;
+  void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+              const PagedBatch& batch, int heads, int kv_heads) override;
+};
+
+}  // namespace tandem

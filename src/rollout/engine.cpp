@@ -1,0 +1,200 @@
+#include "rollout/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "rollout/stop_strings.h"
+#include "tensor/bf16.h"
+#include "tensor/device_copy.h"
+
+namespace tandem {
+
+namespace {
+
+KvCacheGeometry cache_geometry_for(const ModelConfig& config, const EngineOptions& options) {
+  return KvCacheGeometry::for_bytes(config, options.kv_cache_bytes, options.block_size, options.dtype);
+}
+
+int64_t sequence_length_limit(const ModelConfig& config, const EngineOptions& options) {
+  if (options.max_sequence_length < 0)
+    throw std::invalid_argument("engine: max_sequence_length must be >= 0, got " +
+                                std::to_string(options.max_sequence_length));
+  const int64_t wanted = options.max_sequence_length > 0 ? options.max_sequence_length : config.max_position;
+  return std::min(wanted, cache_geometry_for(config, options).token_capacity());
+}
+
+StepCapacity step_capacity(const EngineOptions& options, int64_t max_sequence_length) {
+  return {options.max_step_tokens, options.max_running,
+          (max_sequence_length + options.block_size - 1) / options.block_size};
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention,
+               MemoryPool& pool, const EngineOptions& options, const Tokenizer* tokenizer)
+    : config_(config),
+      weights_(weights),
+      options_(options),
+      tokenizer_(tokenizer),
+      max_sequence_length_(sequence_length_limit(config, options)),
+      cache_(pool, cache_geometry_for(config, options), options.name + ".kv_cache"),
+      forward_(config, ops, attention, pool, step_capacity(options, max_sequence_length_), options.dtype,
+               options.name + ".step_scratch"),
+      scheduler_({options.max_running, options.max_step_tokens}, cache_.blocks(), options.block_size) {}
+
+void Engine::check(const GenerationRequest& request) const {
+  auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument(options_.name + ": request " + std::to_string(request.id) + ": " + why);
+  };
+  request.sampling.validate();
+  if (request.prompt.empty()) refuse("the prompt is empty");
+  for (int32_t id : request.prompt)
+    if (id < 0 || id >= config_.vocab)
+      refuse("prompt token " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(config_.vocab));
+  const int64_t longest = static_cast<int64_t>(request.prompt.size()) + request.sampling.max_new_tokens;
+  if (longest > max_sequence_length_)
+    refuse("prompt (" + std::to_string(request.prompt.size()) + ") + max_new_tokens (" +
+           std::to_string(request.sampling.max_new_tokens) + ") exceeds the longest sequence this engine holds (" +
+           std::to_string(max_sequence_length_) + " tokens: the model's limit or the KV cache's " +
+           std::to_string(cache_.geometry().token_capacity()) + ")");
+  if (!request.sampling.stop_strings.empty() && !tokenizer_) refuse("stop strings need a tokenizer");
+}
+
+void Engine::submit(GenerationRequest request) {
+  check(request);
+  if (active_ids_.count(request.id))
+    throw std::invalid_argument(options_.name + ": request " + std::to_string(request.id) + " is already queued");
+
+  auto sequence = std::make_unique<Sequence>();
+  sequence->tokens = request.prompt;
+  sequence->rng = request_rng(request.sampling.seed, request.id);
+  sequence->request = std::move(request);
+  active_ids_.insert(sequence->request.id);
+  scheduler_.add(std::move(sequence));
+}
+
+const float* Engine::host_logits(const Tensor& logits) {
+  if (logits.device == Device::CPU && logits.dtype == DType::F32) return logits.ptr<float>();
+  logits_host_.resize(logits.numel());
+  if (logits.dtype == DType::F32) {
+    copy_tensor_to_host(logits_host_.data(), logits);
+  } else if (logits.dtype == DType::BF16) {
+    logits_bf16_.resize(logits.numel());
+    copy_tensor_to_host(logits_bf16_.data(), logits);
+    for (size_t i = 0; i < logits_bf16_.size(); ++i) logits_host_[i] = bf16_to_float(logits_bf16_[i]);
+  } else {
+    throw std::invalid_argument(options_.name + ": logits in " + logits.describe() + " cannot be sampled");
+  }
+  return logits_host_.data();
+}
+
+bool Engine::finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const {
+  const SamplingParams& sampling = sequence.request.sampling;
+  const int32_t last = sequence.tokens.back();
+  if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), last) !=
+      sampling.stop_token_ids.end()) {
+    reason = FinishReason::Stop;
+    return true;
+  }
+  if (!sampling.stop_strings.empty()) {
+    const std::span<const int32_t> completion(sequence.tokens.data() + sequence.request.prompt.size(),
+                                              static_cast<size_t>(sequence.generated()));
+    if (auto stop = find_stop_string(*tokenizer_, completion, sampling.stop_strings)) {
+      reason = FinishReason::Stop;
+      stop_string = std::move(*stop);
+      return true;
+    }
+  }
+  if (sequence.generated() >= sampling.max_new_tokens) {
+    reason = FinishReason::Length;
+    return true;
+  }
+  return false;
+}
+
+Completion Engine::complete(std::unique_ptr<Sequence> sequence, FinishReason reason, std::string stop_string) {
+  active_ids_.erase(sequence->request.id);
+  Completion completion;
+  completion.request_id = sequence->request.id;
+  completion.tokens.assign(sequence->tokens.begin() + static_cast<int64_t>(sequence->request.prompt.size()),
+                           sequence->tokens.end());
+  completion.logprobs = std::move(sequence->logprobs);
+  completion.finish = reason;
+  completion.stop_string = std::move(stop_string);
+  return completion;
+}
+
+std::vector<Completion> Engine::step() {
+  const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
+  if (chunks.empty()) {
+    if (has_work()) throw std::logic_error(options_.name + ": the scheduler found no work for queued requests");
+    return {};
+  }
+  const int64_t block_size = options_.block_size, max_blocks = forward_.capacity().max_blocks;
+  StepInputs inputs;
+  inputs.block_tables.assign(chunks.size() * max_blocks, 0);
+  for (size_t b = 0; b < chunks.size(); ++b) {
+    const Sequence& sequence = *chunks[b].sequence;
+    for (int64_t p = sequence.computed; p < sequence.computed + chunks[b].tokens; ++p) {
+      inputs.token_ids.push_back(sequence.tokens[p]);
+      inputs.positions.push_back(static_cast<int32_t>(p));
+      inputs.slots.push_back(static_cast<int32_t>(sequence.blocks[p / block_size] * block_size + p % block_size));
+    }
+    inputs.cu_queries.push_back(static_cast<int32_t>(inputs.token_ids.size()));
+    inputs.context_lens.push_back(static_cast<int32_t>(sequence.computed + chunks[b].tokens));
+    std::copy(sequence.blocks.begin(), sequence.blocks.end(), inputs.block_tables.begin() + b * max_blocks);
+  }
+  const Tensor logits = forward_.forward(weights_, cache_, inputs);
+  const float* rows = host_logits(logits);
+  ++stats_.steps;
+  stats_.forward_tokens += inputs.tokens();
+
+  std::vector<Completion> done;
+  for (size_t b = 0; b < chunks.size(); ++b) {
+    Sequence& sequence = *chunks[b].sequence;
+    sequence.computed += chunks[b].tokens;
+    if (sequence.pending() > 0) continue;  // a prompt chunk that is not the last
+    const SampledToken token = sampler_.sample(std::span<const float>(rows + b * config_.vocab, config_.vocab),
+                                               sequence.request.sampling, sequence.rng);
+    sequence.tokens.push_back(token.id);
+    sequence.logprobs.push_back(token.logprob);
+    ++stats_.generated_tokens;
+    FinishReason reason{};
+    std::string stop_string;
+    if (finished(sequence, reason, stop_string))
+      done.push_back(complete(scheduler_.finish(&sequence), reason, std::move(stop_string)));
+  }
+  return done;
+}
+
+std::vector<Completion> Engine::abort() {
+  std::vector<Completion> aborted;
+  for (std::unique_ptr<Sequence>& sequence : scheduler_.take_all())
+    aborted.push_back(complete(std::move(sequence), FinishReason::Abort));
+  return aborted;
+}
+
+std::vector<Completion> Engine::generate(std::vector<GenerationRequest> requests) {
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < requests.size(); ++i) index[requests[i].id] = i;
+  try {
+    for (GenerationRequest& request : requests) submit(std::move(request));
+  } catch (...) {
+    abort();  // nothing half-submitted stays queued
+    throw;
+  }
+  std::vector<Completion> completions(index.size());
+  while (has_work())
+    for (Completion& completion : step()) completions[index.at(completion.request_id)] = std::move(completion);
+  return completions;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats stats = stats_;
+  stats.preemptions = scheduler_.preemptions();
+  return stats;
+}
+
+}  // namespace tandem

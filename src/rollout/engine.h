@@ -1,0 +1,106 @@
+// One rollout engine instance: prefill and decode with a paged KV cache, continuous
+// batching of many sequences of different lengths, per-request seeded sampling, and stop
+// on EOS ids, stop strings and max new tokens. Not thread-safe: one thread drives it
+// (RolloutManager gives each instance its own).
+//
+//   Engine engine(config, weights, ops, attention, pool, options);
+//   engine.submit(request);  ...
+//   while (engine.has_work()) for (Completion& c : engine.step()) ...
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/ops.h"
+#include "model/parameters.h"
+#include "rollout/engine_forward.h"
+#include "rollout/kv_cache.h"
+#include "rollout/paged_attention.h"
+#include "rollout/request.h"
+#include "rollout/sampler.h"
+#include "rollout/scheduler.h"
+#include "tasks/tokenizer.h"
+#include "tensor/memory_pool.h"
+
+namespace tandem {
+
+struct EngineOptions {
+  size_t kv_cache_bytes = size_t{16} << 20;  // the deck's rollout.kv-cache
+  int block_size = 16;                       // tokens per KV cache block
+  int max_running = 64;                      // sequences decoded together
+  int64_t max_step_tokens = 2048;            // new tokens per step (prompt chunks + decodes)
+  int64_t max_sequence_length = 0;           // prompt + completion; 0: the model's max_position
+  DType dtype = DType::F32;                  // activations and KV cache (the weights' dtype)
+  std::string name = "engine";               // prefix of the pool allocation names
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t forward_tokens = 0;  // tokens run through the model, recomputation included
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  // `weights` (in options.dtype, in the backend's memory) and `tokenizer` must outlive the
+  // engine; the tokenizer is needed only for stop strings. The KV cache and the step
+  // scratch are allocated from `pool` under tags::kv_cache.
+  Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention, MemoryPool& pool,
+         const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+
+  // Queues a request. Throws std::invalid_argument when it is malformed or could never
+  // fit: empty prompt, id outside the vocabulary, prompt + max_new_tokens beyond the
+  // sequence length or the whole KV cache, stop strings without a tokenizer, an id
+  // already queued.
+  void submit(GenerationRequest request);
+  // The same checks without queuing (all but the duplicate id). Reads only what is fixed
+  // at construction, so another thread may call it while the engine runs.
+  void check(const GenerationRequest& request) const;
+
+  // Runs one batched forward over the scheduled sequences, samples their next tokens and
+  // returns the completions that finished in it (in the order they were scheduled).
+  std::vector<Completion> step();
+
+  // Ends every queued and running request as FinishReason::Abort, with the tokens it had,
+  // and frees every KV block.
+  std::vector<Completion> abort();
+
+  // Submits the requests, steps until all are done, returns completions in request order.
+  std::vector<Completion> generate(std::vector<GenerationRequest> requests);
+
+  bool has_work() const { return scheduler_.running() + scheduler_.waiting() > 0; }
+  size_t running() const { return scheduler_.running(); }
+  size_t waiting() const { return scheduler_.waiting(); }
+  int32_t free_blocks() const { return cache_.blocks().free_count(); }
+  int32_t total_blocks() const { return cache_.blocks().total(); }
+  const KvCacheGeometry& cache_geometry() const { return cache_.geometry(); }
+  int64_t max_sequence_length() const { return max_sequence_length_; }
+  EngineStats stats() const;
+
+ private:
+  Completion complete(std::unique_ptr<Sequence> sequence, FinishReason reason, std::string stop_string = {});
+  // The finish reason once `sequence` has taken its latest token, if it is done.
+  bool finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const;
+  const float* host_logits(const Tensor& logits);
+
+  ModelConfig config_;
+  ParameterSet weights_;
+  EngineOptions options_;
+  const Tokenizer* tokenizer_;
+  int64_t max_sequence_length_;
+  KvCache cache_;
+  EngineForward forward_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  std::set<uint64_t> active_ids_;
+  std::vector<float> logits_host_;
+  std::vector<uint16_t> logits_bf16_;
+  EngineStats stats_;
+};
+
+}  // namespace tandem

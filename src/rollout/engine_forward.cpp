@@ -1,0 +1,161 @@
+#include "rollout/engine_forward.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "model/activations.h"
+
+namespace tandem {
+
+namespace {
+
+// [T, heads*head_dim] seen as [T*heads, head_dim]: per-head RMSNorm runs on rows.
+Tensor per_head_rows(const Tensor& x, int heads) {
+  return Tensor::view(x.data, x.dtype, x.device, {x.shape[0] * heads, x.shape[1] / heads});
+}
+
+[[noreturn]] void bad_step(const std::string& why) { throw std::invalid_argument("EngineForward: " + why); }
+
+}  // namespace
+
+EngineForward::EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool,
+                             StepCapacity capacity, DType dtype, const std::string& name)
+    : config_(config),
+      ops_(ops),
+      attention_(attention),
+      pool_(pool),
+      capacity_(capacity),
+      dtype_(dtype),
+      inv_freq_(config.rope_inv_freq()) {
+  config_.validate();
+  if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)
+    throw std::invalid_argument("EngineForward: capacity needs 1 <= max_sequences <= max_tokens and max_blocks >= 1");
+  size_t bytes = 0;
+  bind(nullptr, &bytes);
+  allocation_ = pool.allocate(tags::kv_cache, bytes, name);
+  scratch_ = bind(allocation_->ptr, &bytes);
+}
+
+EngineForward::~EngineForward() { pool_.release(allocation_); }
+
+EngineForward::Scratch EngineForward::bind(void* base, size_t* bytes) const {
+  size_t offset = 0;
+  const Device device = pool_.device();
+  auto take = [&](DType dtype, std::vector<int64_t> shape) {
+    offset = (offset + 255) / 256 * 256;
+    Tensor tensor = Tensor::view(base ? static_cast<char*>(base) + offset : nullptr, dtype, device, std::move(shape));
+    offset += tensor.nbytes();
+    return tensor;
+  };
+  const int64_t T = capacity_.max_tokens, B = capacity_.max_sequences, C = config_.hidden;
+  const int64_t QD = config_.q_dim(), KD = config_.kv_dim(), I = config_.intermediate;
+  Scratch s;
+  s.token_ids = take(DType::I32, {T});
+  s.positions = take(DType::I32, {T});
+  s.slots = take(DType::I32, {T});
+  s.cu_queries = take(DType::I32, {B + 1});
+  s.context_lens = take(DType::I32, {B});
+  s.block_tables = take(DType::I32, {B, capacity_.max_blocks});
+  s.last_rows = take(DType::I32, {B});
+  s.inv_freq = take(DType::F32, {config_.head_dim / 2});
+  s.rstd = take(DType::F32, {T * std::max(config_.heads, config_.kv_heads)});
+  s.hidden = take(dtype_, {T, C});
+  s.normed = take(dtype_, {T, C});
+  s.q = take(dtype_, {T, QD});
+  s.k = take(dtype_, {T, KD});
+  s.v = take(dtype_, {T, KD});
+  if (config_.qk_norm) {
+    s.q_normed = take(dtype_, {T, QD});
+    s.k_normed = take(dtype_, {T, KD});
+  }
+  s.attention = take(dtype_, {T, QD});
+  s.branch = take(dtype_, {T, C});
+  s.gate = take(dtype_, {T, I});
+  s.up = take(dtype_, {T, I});
+  s.mlp = take(dtype_, {T, I});
+  s.last_hidden = take(dtype_, {B, C});
+  s.last_normed = take(dtype_, {B, C});
+  s.logits = take(dtype_, {B, config_.vocab});
+  *bytes = offset;
+  return s;
+}
+
+Tensor EngineForward::forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step) {
+  const int64_t T = step.tokens(), B = step.sequences(), max_blocks = capacity_.max_blocks;
+  if (B < 1 || T > capacity_.max_tokens || B > capacity_.max_sequences)
+    bad_step("a step of " + std::to_string(T) + " tokens in " + std::to_string(B) +
+             " sequences does not fit the capacity (" + std::to_string(capacity_.max_tokens) + " tokens, " +
+             std::to_string(capacity_.max_sequences) + " sequences)");
+  if (static_cast<int64_t>(step.positions.size()) != T || static_cast<int64_t>(step.slots.size()) != T ||
+      static_cast<int64_t>(step.cu_queries.size()) != B + 1 || step.cu_queries.front() != 0 ||
+      step.cu_queries.back() != T || static_cast<int64_t>(step.block_tables.size()) != B * max_blocks)
+    bad_step("inconsistent step inputs: " + std::to_string(T) + " tokens, " + std::to_string(step.positions.size()) +
+             " positions, " + std::to_string(step.slots.size()) + " slots, " + std::to_string(step.cu_queries.size()) +
+             " query offsets, " + std::to_string(step.block_tables.size()) + " block table entries for " +
+             std::to_string(B) + " sequences");
+  if (static_cast<int>(params.layers.size()) != config_.layers)
+    bad_step("the parameters were laid out for another model config");
+  const KvCacheGeometry& geometry = cache.geometry();
+  if (geometry.layers != config_.layers || geometry.kv_dim != config_.kv_dim())
+    bad_step("the KV cache was laid out for another model config");
+
+  std::vector<int32_t> last_rows(B);
+  for (int64_t b = 0; b < B; ++b) last_rows[b] = step.cu_queries[b + 1] - 1;
+  const Scratch& s = scratch_;
+  auto rows = [T](const Tensor& t) { return first_rows(t, T); };
+  const Tensor ids = rows(s.token_ids), positions = rows(s.positions), last = first_rows(s.last_rows, B);
+  const PagedBatch batch{rows(s.slots), first_rows(s.cu_queries, B + 1), first_rows(s.context_lens, B),
+                         first_rows(s.block_tables, B), geometry.block_size};
+  ops_.copy_from_host(ids, step.token_ids.data());
+  ops_.copy_from_host(positions, step.positions.data());
+  ops_.copy_from_host(batch.slots, step.slots.data());
+  ops_.copy_from_host(batch.cu_queries, step.cu_queries.data());
+  ops_.copy_from_host(batch.context_lens, step.context_lens.data());
+  ops_.copy_from_host(batch.block_tables, step.block_tables.data());
+  ops_.copy_from_host(last, last_rows.data());
+  // Staged every step: the scratch may have been dropped (and come back zeroed) with the cache.
+  ops_.copy_from_host(s.inv_freq, inv_freq_.data());
+
+  const float eps = static_cast<float>(config_.rms_eps);
+  const int H = config_.heads, KV = config_.kv_heads;
+  const Tensor hidden = rows(s.hidden), normed = rows(s.normed), branch = rows(s.branch), rstd = rows(s.rstd);
+  const Tensor q = rows(s.q), k = rows(s.k), v = rows(s.v), attention = rows(s.attention);
+  ops_.embedding_forward(hidden, params.embed_tokens, ids);
+  for (int l = 0; l < config_.layers; ++l) {
+    const LayerParameters& p = params.layers[l];
+    ops_.rmsnorm_forward(normed, rstd, hidden, p.input_norm, eps);
+    ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
+    ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
+    ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
+    Tensor q_in = q, k_in = k;
+    if (config_.qk_norm) {
+      q_in = rows(s.q_normed);
+      k_in = rows(s.k_normed);
+      ops_.rmsnorm_forward(per_head_rows(q_in, H), first_rows(s.rstd, T * H), per_head_rows(q, H), p.q_norm, eps);
+      ops_.rmsnorm_forward(per_head_rows(k_in, KV), first_rows(s.rstd, T * KV), per_head_rows(k, KV), p.k_norm, eps);
+    }
+    ops_.rope_forward(q_in, positions, s.inv_freq, H);
+    ops_.rope_forward(k_in, positions, s.inv_freq, KV);
+    attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
+    attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);
+    ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
+    ops_.add(hidden, hidden, branch);
+
+    ops_.rmsnorm_forward(normed, rstd, hidden, p.post_attention_norm, eps);
+    ops_.matmul_forward(rows(s.gate), normed, p.gate_proj, Tensor{});
+    ops_.matmul_forward(rows(s.up), normed, p.up_proj, Tensor{});
+    ops_.swiglu_forward(rows(s.mlp), rows(s.gate), rows(s.up));
+    ops_.matmul_forward(branch, rows(s.mlp), p.down_proj, Tensor{});
+    ops_.add(hidden, hidden, branch);
+  }
+  // The embedding lookup doubles as a row gather: each sequence's last new token.
+  const Tensor last_hidden = first_rows(s.last_hidden, B), last_normed = first_rows(s.last_normed, B);
+  ops_.embedding_forward(last_hidden, hidden, last);
+  ops_.rmsnorm_forward(last_normed, first_rows(s.rstd, B), last_hidden, params.final_norm, eps);
+  const Tensor logits = first_rows(s.logits, B);
+  ops_.matmul_forward(logits, last_normed, params.lm_head, Tensor{});
+  return logits;
+}
+
+}  // namespace tandem

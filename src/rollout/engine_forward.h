@@ -1,0 +1,77 @@
+// The decoder's forward pass for one engine step, against the paged KV cache. The dense
+// parts run through the same Ops as model/transformer.h; attention goes through
+// PagedAttention. Per layer:
+//   a = rmsnorm(h);  q,k,v = projections of a;  q,k = rope(qk_norm ? rmsnorm_per_head : id)
+//   store k, v into the cache rows of the new tokens;  h += o_proj(paged_attention(q))
+//   h += down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
+// and only each sequence's LAST new token goes through the final norm and the LM head:
+// that is the only row a step samples from, and [T, vocab] logits of a long prompt chunk
+// would be by far the largest buffer.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/ops.h"
+#include "model/parameters.h"
+#include "rollout/kv_cache.h"
+#include "rollout/paged_attention.h"
+#include "tensor/memory_pool.h"
+
+namespace tandem {
+
+struct StepCapacity {
+  int64_t max_tokens = 0;     // new tokens in one step, over all sequences
+  int64_t max_sequences = 0;  // sequences in one step
+  int64_t max_blocks = 0;     // block table width: blocks of the longest sequence
+};
+
+// One step's batch on the host: sequence b's new tokens are token_ids[cu_queries[b] ..
+// cu_queries[b+1]), the first at position context_lens[b] - n_b.
+struct StepInputs {
+  std::vector<int32_t> token_ids, positions, slots;  // [T]
+  std::vector<int32_t> cu_queries{0};                // [B + 1]
+  std::vector<int32_t> context_lens;                 // [B]
+  std::vector<int32_t> block_tables;                 // [B, max_blocks], row-major
+
+  int64_t sequences() const { return static_cast<int64_t>(context_lens.size()); }
+  int64_t tokens() const { return static_cast<int64_t>(token_ids.size()); }
+};
+
+class EngineForward {
+ public:
+  // Scratch for `capacity` comes from the pool under tags::kv_cache: like the cache, its
+  // contents live for one step and it can be dropped whenever the cache is.
+  EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool, StepCapacity capacity,
+                DType dtype, const std::string& name);
+  ~EngineForward();
+  EngineForward(const EngineForward&) = delete;
+  EngineForward& operator=(const EngineForward&) = delete;
+
+  const StepCapacity& capacity() const { return capacity_; }
+
+  // Writes the new tokens' keys and values into `cache` and returns the logits of each
+  // sequence's last new token, [B, vocab] in the working dtype, in the backend's memory.
+  Tensor forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step);
+
+ private:
+  struct Scratch {
+    Tensor token_ids, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
+    Tensor inv_freq, rstd;                                                                  // F32
+    Tensor hidden, normed, q, k, v, q_normed, k_normed, attention, branch, gate, up, mlp;
+    Tensor last_hidden, last_normed, logits;
+  };
+  Scratch bind(void* base, size_t* bytes) const;
+
+  ModelConfig config_;
+  Ops& ops_;
+  PagedAttention& attention_;
+  MemoryPool& pool_;
+  StepCapacity capacity_;
+  DType dtype_;
+  Allocation* allocation_ = nullptr;
+  Scratch scratch_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,37 @@
+// Attention against the paged KV cache: the one op the engine needs beyond model/ops.h,
+// with one implementation per backend (CpuPagedAttention here; a CUDA one next to it).
+//
+// A step runs B sequences, each with n_b >= 1 new tokens laid end to end (a prompt chunk
+// during prefill, one token during decode). The new tokens' keys and values are first
+// stored into their cache rows; then query i of sequence b, at position
+// context_lens[b] - n_b + i, attends causally to the cached positions 0..its own, GQA
+// (query head h reads kv head h / (heads / kv_heads)), scale 1/sqrt(head_dim), FP32
+// accumulation. Prefill and decode are the same op, so a token's output does not depend
+// on whether it was computed in a prompt chunk or in a decode step.
+#pragma once
+#include "tensor/tensor.h"
+
+namespace tandem {
+
+// Where a step's tokens sit in the cache, staged in the backend's memory (all I32).
+struct PagedBatch {
+  Tensor slots;         // [T]: cache row of each new token (block * block_size + offset)
+  Tensor cu_queries;    // [B + 1]: offsets of each sequence's new tokens, from 0 to T
+  Tensor context_lens;  // [B]: tokens cached per sequence once this step's are stored
+  Tensor block_tables;  // [B, max_blocks]: each sequence's blocks in order (unused tail: any)
+  int block_size = 16;
+};
+
+class PagedAttention {
+ public:
+  virtual ~PagedAttention() = default;
+
+  // key_cache, value_cache: one layer's [rows, kv_heads*head_dim]; k, v: [T, same].
+  virtual void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+                     const Tensor& slots) = 0;
+  // out, q: [T, heads*head_dim].
+  virtual void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+                      const PagedBatch& batch, int heads, int kv_heads) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,79 @@
+// Continuous batching: which sequences run in the next engine step and how many of their
+// tokens, with KV cache blocks granted as they grow.
+//
+// Each step first gives every running sequence that waits for one token (decode) its
+// token, growing its block table by a block when the last one is full. When no block is
+// free, the most recently admitted sequence is preempted: its blocks are released and it
+// goes back to the FRONT of the waiting queue, to be recomputed (prompt and generated
+// tokens alike) when readmitted. Then partly prefilled sequences continue, and waiting
+// sequences are admitted in order while the step's token budget, the running limit and
+// the free blocks allow; an admitted sequence gets the blocks for all its tokens at once,
+// so a prompt is never stopped halfway for lack of memory. Prompts longer than the
+// budget are prefilled in chunks over several steps.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "rollout/block_allocator.h"
+#include "rollout/request.h"
+
+namespace tandem {
+
+struct Sequence {
+  GenerationRequest request;
+  std::vector<int32_t> tokens;  // the prompt, then the generated tokens
+  int64_t computed = 0;         // leading tokens whose keys and values are in the cache
+  std::vector<int32_t> blocks;  // block table: token position p lives in blocks[p / block_size]
+  std::mt19937_64 rng;
+  std::vector<float> logprobs;  // one per generated token
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size() - request.prompt.size()); }
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+};
+
+struct SchedulerLimits {
+  int max_running = 64;            // sequences in one step
+  int64_t max_step_tokens = 2048;  // new tokens in one step; at least max_running
+};
+
+// The next `tokens` uncached tokens of a sequence, computed in this step.
+struct ScheduledChunk {
+  Sequence* sequence = nullptr;
+  int64_t tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerLimits limits, BlockAllocator& blocks, int block_size);
+
+  void add(std::unique_ptr<Sequence> sequence);  // to the back of the waiting queue
+
+  // The chunks of the next step, in the order decode, prefill continuation, admission.
+  // Empty only when there is nothing to run.
+  std::vector<ScheduledChunk> schedule();
+
+  // Takes a running sequence out and releases its blocks.
+  std::unique_ptr<Sequence> finish(Sequence* sequence);
+  // Takes every sequence out (running ones first, in admission order) and releases every block.
+  std::vector<std::unique_ptr<Sequence>> take_all();
+
+  size_t running() const { return running_.size(); }
+  size_t waiting() const { return waiting_.size(); }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  void release_blocks(Sequence& sequence);
+  void preempt_last();
+
+  SchedulerLimits limits_;
+  BlockAllocator& blocks_;
+  int block_size_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+// Rollout engines on the CPU backend over the tiny random models of the model tests.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "model/cpu_ops.h"
+#include "rollout/cpu_paged_attention.h"
+#include "rollout/engine.h"
+#include "tensor/memory_pool.h"
+#include "test_model_support.h"
+
+namespace tandem::testing {
+
+inline EngineOptions small_engine_options() {
+  EngineOptions options;
+  options.kv_cache_bytes = size_t{1} << 20;
+  options.block_size = 4;
+  options.max_running = 8;
+  options.max_step_tokens = 64;
+  return options;
+}
+
+// A tiny model with room for trainer-side forwards of up to 512 tokens, and engines on it.
+struct RolloutRig {
+  explicit RolloutRig(const ModelConfig& config, uint32_t seed = 7)
+      : model(config, {512, 32}, seed), pool(MemoryPool::create(Device::CPU)) {}
+
+  std::unique_ptr<Engine> make_engine(const EngineOptions& options = small_engine_options(),
+                                      const Tokenizer* tokenizer = nullptr) {
+    return std::make_unique<Engine>(model.config, model.params, ops, attention, *pool, options, tokenizer);
+  }
+
+  TinyModel model;
+  CpuOps ops;
+  CpuPagedAttention attention;
+  std::unique_ptr<MemoryPool> pool;
+};
+
+inline std::vector<int32_t> random_prompt(size_t length, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> prompt(length);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % vocab);
+  return prompt;
+}
+
+// log softmax(row / temperature)[token] in double, as the trainer recomputes it.
+inline double reference_logprob(const float* row, int vocab, int32_t token, double temperature) {
+  double max = -INFINITY, sum = 0;
+  for (int v = 0; v < vocab; ++v) max = std::max(max, row[v] / temperature);
+  for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] / temperature - max);
+  return row[token] / temperature - max - std::log(sum);
+}
+
+}  // namespace tandem::testing

@@ -42,20 +42,38 @@ __global__ void embedding_sort_inputs_kernel(uint32_t* keys, int32_t* tokens, co
   tokens[t] = static_cast<int32_t>(t);
 }
 
+// Where the run of `key` that starts at sorted position `first` ends: keys are sorted, so
+// a binary search over them finds the first larger key.
+__device__ int64_t run_end(const uint32_t* keys, int64_t first, int64_t count, uint32_t key) {
+  int64_t lo = first + 1, hi = count;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] == key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // Block i owns the run of equal sorted ids that starts at i (other blocks exit at once):
 // it adds the run's gradient rows into the vocabulary row in token order, holding the
-// running sum in registers, so each vocabulary row is read and written once.
+// running sum in registers, so each vocabulary row is read and written once. The run's
+// length is known before the loop, so the unrolled loop has several rows in flight: a
+// frequent token's long run costs a fraction of one memory latency per row.
 template <class T, int N>
 __global__ void embedding_backward_kernel(float* dtable, const T* dout, const uint32_t* keys, const int32_t* tokens,
                                           int64_t count, int64_t columns, int64_t vocab) {
   const int64_t first = blockIdx.x;
   const uint32_t key = keys[first];
   if (key == vocab || (first > 0 && keys[first - 1] == key)) return;
+  const int64_t end = run_end(keys, first, count, key);
   float* row = dtable + key * columns;
   for (int64_t c = static_cast<int64_t>(threadIdx.x) * N; c < columns; c += static_cast<int64_t>(blockDim.x) * N) {
     float sum[N];
     load<N>(row + c, sum);
-    for (int64_t j = first; j < count && keys[j] == key; ++j) {
+#pragma unroll 8
+    for (int64_t j = first; j < end; ++j) {
       float g[N];
       load<N>(dout + tokens[j] * columns + c, g);
 #pragma unroll

@@ -12,8 +12,8 @@
 
 namespace tandem::cuda {
 
-// Rows of up to this many elements (the per-block weight-gradient partials live in
-// 48 KiB of shared memory).
+// The backward pass takes rows of up to this many elements: each block keeps its
+// weight-gradient partials in 48 KiB of shared memory.
 inline constexpr int64_t kRmsnormMaxColumns = 12288;
 
 // out = x / sqrt(mean(x²) + eps) * weight: x, out [N, D] and weight [D] of one data dtype

@@ -371,10 +371,10 @@ TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
                  backward, "'dout'");
   expect_refused([&] { cuda::rmsnorm_backward(out, dweight, out, x, weight, device_view(DType::F32, {5}), nullptr); },
                  backward, "'rstd'");
-  const Tensor wide = device_view(DType::F32, {1, 20000});
-  expect_refused([&] { cuda::rmsnorm_backward(wide, device_view(DType::F32, {20000}), wide, wide,
-                                              device_view(DType::F32, {20000}), device_view(DType::F32, {1}), nullptr); },
-                 backward, "20000");
+  const Tensor wide = device_view(DType::F32, {1, 20000}), wide_weight = device_view(DType::F32, {20000});
+  expect_refused(
+      [&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, device_view(DType::F32, {1}), nullptr); },
+      backward, "20000");
 }
 
 // ---------------------------------------------------------------- rope

@@ -372,9 +372,9 @@ TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
   expect_refused([&] { cuda::rmsnorm_backward(out, dweight, out, x, weight, device_view(DType::F32, {5}), nullptr); },
                  backward, "'rstd'");
   const Tensor wide = device_view(DType::F32, {1, 20000}), wide_weight = device_view(DType::F32, {20000});
-  expect_refused(
-      [&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, device_view(DType::F32, {1}), nullptr); },
-      backward, "20000");
+  const Tensor one_rstd = device_view(DType::F32, {1});
+  expect_refused([&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, one_rstd, nullptr); },
+                 backward, "20000");
 }
 
 // ---------------------------------------------------------------- rope

@@ -230,7 +230,7 @@ TEST_F(GpuPointwise, EmbeddingForwardCopiesRowsExactly) {
     for (const auto& [V, C, T] : kEmbeddingShapes) {
       const Operand table(dtype, {V, C}, normal(V * C));
       const Ints ids(token_ids(T, V));
-      const Operand out(dtype, {T, C}, normal(T * C));
+      Operand out(dtype, {T, C}, normal(T * C));
       cpu_.embedding_forward(out.cpu(), table.cpu(), ids.cpu());
       cuda::embedding_forward(out.gpu(), table.gpu(), ids.gpu(), nullptr);
       expect_close(out.download(), out.host(), kExact, label("embedding_forward", dtype, {V, C, T}));
@@ -243,7 +243,7 @@ TEST_F(GpuPointwise, EmbeddingForwardCopiesRowsExactly) {
 TEST_F(GpuPointwise, EmbeddingBackwardAccumulatesBitForBitLikeCpu) {
   for (DType dtype : kDataTypes) {
     for (const auto& [V, C, T] : kEmbeddingShapes) {
-      const Operand dtable(DType::F32, {V, C}, normal(V * C));
+      Operand dtable(DType::F32, {V, C}, normal(V * C));
       const Operand dout(dtype, {T, C}, normal(T * C));
       const Ints ids(token_ids(T, V));
       for (int call = 1; call <= 2; ++call) {
@@ -260,7 +260,7 @@ TEST_F(GpuPointwise, EmbeddingIdsOutsideTheVocabularyGiveNanRowsAndNoGradient) {
   const int64_t V = 300, C = 64;
   const Operand table(DType::F32, {V, C}, normal(V * C));
   const Ints ids({5, -1, 300, 5});
-  const Operand out(DType::F32, {4, C}, normal(4 * C));
+  Operand out(DType::F32, {4, C}, normal(4 * C));
   cuda::embedding_forward(out.gpu(), table.gpu(), ids.gpu(), nullptr);
   const std::vector<float> rows = out.download();
   for (int64_t c = 0; c < C; ++c) {
@@ -269,7 +269,7 @@ TEST_F(GpuPointwise, EmbeddingIdsOutsideTheVocabularyGiveNanRowsAndNoGradient) {
     EXPECT_EQ(rows[3 * C + c], table.host()[5 * C + c]);
   }
 
-  const Operand dtable(DType::F32, {V, C}, std::vector<float>(V * C, 0.0f));
+  Operand dtable(DType::F32, {V, C}, std::vector<float>(V * C, 0.0f));
   const Operand dout(DType::F32, {4, C}, normal(4 * C));
   cuda::embedding_backward(dtable.gpu(), dout.gpu(), ids.gpu(), nullptr);
   std::vector<float> want(V * C, 0.0f);
@@ -317,8 +317,8 @@ TEST_F(GpuPointwise, RmsnormForwardMatchesCpu) {
     for (const auto& [N, D] : kRmsnormShapes) {
       const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
       const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
-      const Operand out(dtype, {N, D}, normal(N * D));
-      const Operand rstd(DType::F32, {N}, normal(N));
+      Operand out(dtype, {N, D}, normal(N * D));
+      Operand rstd(DType::F32, {N}, normal(N));
       cpu_.rmsnorm_forward(out.cpu(), rstd.cpu(), x.cpu(), weight.cpu(), 1e-6f);
       cuda::rmsnorm_forward(out.gpu(), rstd.gpu(), x.gpu(), weight.gpu(), 1e-6f, nullptr);
       expect_close(out.download(), out.host(), data_tolerance(dtype), label("rmsnorm_forward out", dtype, {N, D}));
@@ -334,7 +334,7 @@ TEST_F(GpuPointwise, RmsnormBackwardAccumulatesLikeCpu) {
       const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
       const Operand dout(dtype, {N, D}, normal(N * D));
       Operand dx(dtype, {N, D}, normal(N * D));
-      const Operand dweight(DType::F32, {D}, normal(D));
+      Operand dweight(DType::F32, {D}, normal(D));
       // rstd as the forward pass leaves it, from the same (rounded) x on both sides.
       std::vector<float> normed(N * D), rstd_values(N);
       cpu_.rmsnorm_forward(Tensor::view(normed.data(), DType::F32, Device::CPU, {N, D}),
@@ -401,11 +401,11 @@ TEST_F(GpuPointwise, RopeForwardAndBackwardMatchCpu) {
       for (int32_t& p : position_values) p = integer(0, 32767);  // large angles too
       const Ints positions(position_values);
       const Operand freq(DType::F32, {head_dim / 2}, inv_freq(head_dim));
-      const Operand x(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
+      Operand x(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
       cpu_.rope_forward(x.cpu(), positions.cpu(), freq.cpu(), heads);
       cuda::rope_forward(x.gpu(), positions.gpu(), freq.gpu(), heads, nullptr);
       expect_close(x.download(), x.host(), data_tolerance(dtype), label("rope_forward", dtype, {T, heads, head_dim}));
-      const Operand dx(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
+      Operand dx(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
       cpu_.rope_backward(dx.cpu(), positions.cpu(), freq.cpu(), heads);
       cuda::rope_backward(dx.gpu(), positions.gpu(), freq.gpu(), heads, nullptr);
       expect_close(dx.download(), dx.host(), data_tolerance(dtype),
@@ -447,7 +447,7 @@ TEST_F(GpuPointwise, SwigluForwardMatchesCpu) {
     for (const auto& [N, I] : kFlatShapes) {
       const Operand gate(dtype, {N, I}, with_extremes(normal(N * I, 0.0f, 3.0f)));
       const Operand up(dtype, {N, I}, normal(N * I));
-      const Operand out(dtype, {N, I}, normal(N * I));
+      Operand out(dtype, {N, I}, normal(N * I));
       cpu_.swiglu_forward(out.cpu(), gate.cpu(), up.cpu());
       cuda::swiglu_forward(out.gpu(), gate.gpu(), up.gpu(), nullptr);
       expect_close(out.download(), out.host(), data_tolerance(dtype), label("swiglu_forward", dtype, {N, I}));
@@ -489,8 +489,9 @@ TEST_F(GpuPointwise, SwigluRefusesBadArguments) {
 TEST_F(GpuPointwise, AddMatchesCpuExactlyAlsoInPlace) {
   for (DType dtype : kDataTypes) {
     for (const auto& [N, D] : kFlatShapes) {
-      const Operand a(dtype, {N, D}, normal(N * D)), b(dtype, {N, D}, normal(N * D));
-      const Operand out(dtype, {N, D}, normal(N * D));
+      Operand a(dtype, {N, D}, normal(N * D));
+      const Operand b(dtype, {N, D}, normal(N * D));
+      Operand out(dtype, {N, D}, normal(N * D));
       cpu_.add(out.cpu(), a.cpu(), b.cpu());
       std::vector<float> want = out.host();
       if (dtype == DType::BF16) std::ranges::transform(want, want.begin(), round_bf16);
@@ -504,7 +505,8 @@ TEST_F(GpuPointwise, AddMatchesCpuExactlyAlsoInPlace) {
 
 TEST_F(GpuPointwise, ZeroAndCopyCoverWholeTensors) {
   for (DType dtype : kDataTypes) {
-    const Operand src(dtype, {3, 1001}, normal(3 * 1001)), dst(dtype, {3, 1001}, normal(3 * 1001));
+    const Operand src(dtype, {3, 1001}, normal(3 * 1001));
+    Operand dst(dtype, {3, 1001}, normal(3 * 1001));
     cuda::copy(dst.gpu(), src.gpu(), nullptr);
     expect_close(dst.download(), src.host(), kExact, label("copy", dtype, {3, 1001}));
     cuda::zero(dst.gpu(), nullptr);

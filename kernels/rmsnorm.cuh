@@ -1,0 +1,28 @@
+// RMSNorm over the last dim on the GPU, per token ([T, hidden]) or per head
+// ([T*heads, head_dim]). CPU twin: CpuOps::rmsnorm_forward/backward
+// (src/model/cpu_ops.cpp), compared in tests/gpu_ops_pointwise.cpp.
+//
+// The weight gradient is deterministic: blocks own fixed chunks of rows (chosen from the
+// shape alone), sum their rows in a fixed order, and a second kernel sums the chunks in
+// order. No atomics, so a restarted run reproduces it bit for bit.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "tensor/tensor.h"
+
+namespace tandem::cuda {
+
+// The backward pass takes rows of up to this many elements: each block keeps its
+// weight-gradient partials in 48 KiB of shared memory.
+inline constexpr int64_t kRmsnormMaxColumns = 12288;
+
+// out = x / sqrt(mean(x²) + eps) * weight: x, out [N, D] and weight [D] of one data dtype
+// (F32 or BF16), rstd F32 [N] (the reciprocal std, kept for backward).
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+                     cudaStream_t stream);
+// dx += ∂out/∂x · dout (dx, dout, x, weight of x's dtype), dweight F32 [D] += Σ_rows
+// dout · x · rstd. Uses stream-ordered scratch memory of at most 512·D·4 bytes.
+void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                      const Tensor& weight, const Tensor& rstd, cudaStream_t stream);
+
+}  // namespace tandem::cuda

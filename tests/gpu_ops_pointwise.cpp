@@ -1,0 +1,529 @@
+// The memory-bound CUDA kernels (embedding, rmsnorm, rope, swiglu, add, zero, copy)
+// against CpuOps on identical values: fresh random inputs every run (the seed is printed
+// with every failure), F32 and BF16 data, odd shapes that take the one-element paths,
+// gradients that accumulate over repeated calls, and argument checks.
+//
+// Per element, |gpu - cpu| <= rtol·|cpu| + atol·max|cpu| over the tensor:
+//   F32 data                 rtol 1e-5, atol 1e-6  (FP32 operation order, libm last bits)
+//   BF16 data                rtol 8e-3, atol 1e-5  (CpuOps runs on the same bf16-rounded
+//                            inputs; the GPU rounds each output to bf16 once, and one bf16
+//                            ulp is at most 2^-7 = 7.8e-3 of the value)
+//   F32 statistics, weight   rtol 1e-5, atol 1e-5  (rstd, rmsnorm dweight: FP32 sums in
+//   gradients                                       another order, from either data dtype)
+//   exact                    embedding forward and backward (the backward adds in CpuOps's
+//                            order), add (BF16: against the rounded CPU sum), zero, copy
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "elementwise.cuh"
+#include "embedding.cuh"
+#include "model/cpu_ops.h"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "support.h"
+#include "swiglu.cuh"
+#include "tensor/bf16.h"
+
+using namespace tandem;
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// A data tensor in both backends: the F32 values CpuOps works on, and the same values on
+// the GPU in `dtype` (BF16 values are rounded first, so both backends start equal).
+class Operand {
+ public:
+  Operand(DType dtype, std::vector<int64_t> shape, std::vector<float> values)
+      : dtype_(dtype), host_(std::move(values)), device_(host_.size() * dtype_size(dtype)) {
+    if (dtype == DType::BF16) std::ranges::transform(host_, host_.begin(), round_bf16);
+    cpu_ = Tensor::view(host_.data(), DType::F32, Device::CPU, shape);
+    gpu_ = Tensor::view(device_.get(), dtype, Device::CUDA, shape);
+    if (static_cast<size_t>(cpu_.numel()) != host_.size()) throw std::logic_error("Operand: values do not fit shape");
+    upload();
+  }
+  Operand(const Operand&) = delete;
+  Operand& operator=(const Operand&) = delete;
+
+  const Tensor& cpu() const { return cpu_; }
+  const Tensor& gpu() const { return gpu_; }
+  const std::vector<float>& host() const { return host_; }
+
+  std::vector<float> download() const {
+    std::vector<float> values(host_.size());
+    if (dtype_ == DType::F32) {
+      check(cudaMemcpy(values.data(), device_.get(), gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
+      return values;
+    }
+    std::vector<uint16_t> bits(host_.size());
+    check(cudaMemcpy(bits.data(), device_.get(), gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
+    std::ranges::transform(bits, values.begin(), bf16_to_float);
+    return values;
+  }
+
+  // The CPU side takes the GPU's values, so the next comparison measures one more call's
+  // error alone, not BF16 rounding carried over from the previous one.
+  void adopt_device_values() { std::ranges::copy(download(), host_.begin()); }
+
+ private:
+  void upload() {
+    if (dtype_ == DType::F32) {
+      check(cudaMemcpy(device_.get(), host_.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
+      return;
+    }
+    std::vector<uint16_t> bits(host_.size());
+    std::ranges::transform(host_, bits.begin(), float_to_bf16);
+    check(cudaMemcpy(device_.get(), bits.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
+  }
+
+  DType dtype_;
+  std::vector<float> host_;
+  DeviceBuffer device_;
+  Tensor cpu_, gpu_;
+};
+
+// An I32 tensor (token ids, positions) in both backends.
+class Ints {
+ public:
+  explicit Ints(std::vector<int32_t> values) : host_(std::move(values)), device_(host_.size() * 4) {
+    const int64_t n = static_cast<int64_t>(host_.size());
+    cpu_ = Tensor::view(host_.data(), DType::I32, Device::CPU, {n});
+    gpu_ = Tensor::view(device_.get(), DType::I32, Device::CUDA, {n});
+    check(cudaMemcpy(device_.get(), host_.data(), host_.size() * 4, cudaMemcpyHostToDevice), "upload");
+  }
+  const Tensor& cpu() const { return cpu_; }
+  const Tensor& gpu() const { return gpu_; }
+
+ private:
+  std::vector<int32_t> host_;
+  DeviceBuffer device_;
+  Tensor cpu_, gpu_;
+};
+
+struct Tolerance {
+  double rtol, atol;
+};
+constexpr Tolerance kExact{0, 0};
+constexpr Tolerance kF32Data{1e-5, 1e-6};
+constexpr Tolerance kBF16Data{8e-3, 1e-5};
+constexpr Tolerance kF32Sums{1e-5, 1e-5};
+
+Tolerance data_tolerance(DType dtype) { return dtype == DType::BF16 ? kBF16Data : kF32Data; }
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double error = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double allowed = tolerance.rtol * std::fabs(static_cast<double>(want[i])) + tolerance.atol * scale;
+    if (error <= allowed) continue;
+    const double excess = std::isnan(error) ? INFINITY : error - allowed;
+    if (bad++ == 0 || excess > worst_excess) worst = i, worst_excess = excess;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off, worst at " << worst
+                     << ": got " << got[worst] << ", want " << want[worst] << " (rtol " << tolerance.rtol
+                     << ", atol " << tolerance.atol << " x max " << scale << ")";
+}
+
+// Expects an std::invalid_argument whose message names the op and the argument.
+void expect_refused(const std::function<void()>& call, const std::string& op, const std::string& fragment) {
+  try {
+    call();
+    ADD_FAILURE() << op << " accepted a call that should name " << fragment;
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(op), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+}
+
+std::string label(const char* op, DType dtype, std::initializer_list<int64_t> sizes) {
+  std::string text = std::string(op) + " " + dtype_name(dtype) + " [";
+  for (int64_t size : sizes) text += (text.back() == '[' ? "" : ",") + std::to_string(size);
+  return text + "]";
+}
+
+constexpr DType kDataTypes[] = {DType::F32, DType::BF16};
+
+class GpuPointwise : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    scratch_.emplace(1 << 20);
+    seed_trace_.emplace(__FILE__, __LINE__, "random seed " + std::to_string(seed_));
+  }
+  void TearDown() override { seed_trace_.reset(); }
+
+  std::vector<float> normal(int64_t n, float mean = 0, float stddev = 1) {
+    std::normal_distribution<float> distribution(mean, stddev);
+    std::vector<float> values(n);
+    for (float& v : values) v = distribution(rng_);
+    return values;
+  }
+  int32_t integer(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng_); }
+
+  // Ids with many repeats (every other token from a handful of ids) and both ends of
+  // the vocabulary.
+  std::vector<int32_t> token_ids(int64_t tokens, int64_t vocab) {
+    std::vector<int32_t> ids(tokens);
+    for (int64_t t = 0; t < tokens; ++t)
+      ids[t] = t % 2 ? integer(0, static_cast<int32_t>(vocab - 1)) : integer(0, 4);
+    ids.back() = static_cast<int32_t>(vocab - 1);
+    return ids;
+  }
+
+  // A view of scratch device memory, for argument checks that never reach a kernel.
+  Tensor device_view(DType dtype, std::vector<int64_t> shape) {
+    return Tensor::view(scratch_->get(), dtype, Device::CUDA, std::move(shape));
+  }
+
+  CpuOps cpu_;
+
+ private:
+  const unsigned seed_ = std::random_device{}();
+  std::mt19937 rng_{seed_};
+  std::optional<::testing::ScopedTrace> seed_trace_;
+  std::optional<DeviceBuffer> scratch_;
+};
+
+// ---------------------------------------------------------------- embedding
+
+struct EmbeddingShape {
+  int64_t vocab, columns, tokens;
+};
+constexpr EmbeddingShape kEmbeddingShapes[] = {
+    {300, 64, 1}, {300, 1000, 3}, {300, 1024, 257}, {300, 7, 257}, {151936, 64, 257}, {151936, 24, 3}};
+
+TEST_F(GpuPointwise, EmbeddingForwardCopiesRowsExactly) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [V, C, T] : kEmbeddingShapes) {
+      const Operand table(dtype, {V, C}, normal(V * C));
+      const Ints ids(token_ids(T, V));
+      Operand out(dtype, {T, C}, normal(T * C));
+      cpu_.embedding_forward(out.cpu(), table.cpu(), ids.cpu());
+      cuda::embedding_forward(out.gpu(), table.gpu(), ids.gpu(), nullptr);
+      expect_close(out.download(), out.host(), kExact, label("embedding_forward", dtype, {V, C, T}));
+    }
+  }
+}
+
+// The backward pass adds each vocabulary row's gradients in token order, as CpuOps does,
+// so it matches bit for bit, and a second call adds the same again on top.
+TEST_F(GpuPointwise, EmbeddingBackwardAccumulatesBitForBitLikeCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [V, C, T] : kEmbeddingShapes) {
+      Operand dtable(DType::F32, {V, C}, normal(V * C));
+      const Operand dout(dtype, {T, C}, normal(T * C));
+      const Ints ids(token_ids(T, V));
+      for (int call = 1; call <= 2; ++call) {
+        cpu_.embedding_backward(dtable.cpu(), dout.cpu(), ids.cpu());
+        cuda::embedding_backward(dtable.gpu(), dout.gpu(), ids.gpu(), nullptr);
+        expect_close(dtable.download(), dtable.host(), kExact,
+                     label("embedding_backward", dtype, {V, C, T}) + " call " + std::to_string(call));
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, EmbeddingIdsOutsideTheVocabularyGiveNanRowsAndNoGradient) {
+  const int64_t V = 300, C = 64;
+  const Operand table(DType::F32, {V, C}, normal(V * C));
+  const Ints ids({5, -1, 300, 5});
+  Operand out(DType::F32, {4, C}, normal(4 * C));
+  cuda::embedding_forward(out.gpu(), table.gpu(), ids.gpu(), nullptr);
+  const std::vector<float> rows = out.download();
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_EQ(rows[c], table.host()[5 * C + c]);
+    EXPECT_TRUE(std::isnan(rows[C + c]) && std::isnan(rows[2 * C + c])) << "column " << c;
+    EXPECT_EQ(rows[3 * C + c], table.host()[5 * C + c]);
+  }
+
+  Operand dtable(DType::F32, {V, C}, std::vector<float>(V * C, 0.0f));
+  const Operand dout(DType::F32, {4, C}, normal(4 * C));
+  cuda::embedding_backward(dtable.gpu(), dout.gpu(), ids.gpu(), nullptr);
+  std::vector<float> want(V * C, 0.0f);
+  for (int64_t c = 0; c < C; ++c) want[5 * C + c] = dout.host()[c] + dout.host()[3 * C + c];
+  expect_close(dtable.download(), want, kExact, "embedding_backward with ids -1 and 300");
+}
+
+TEST_F(GpuPointwise, EmbeddingRefusesBadArguments) {
+  const Tensor table = device_view(DType::BF16, {300, 64}), ids = device_view(DType::I32, {3});
+  const Tensor out = device_view(DType::BF16, {3, 64});
+  const char* forward = "cuda::embedding_forward";
+  expect_refused([&] { cuda::embedding_forward(out, device_view(DType::F16, {300, 64}), ids, nullptr); }, forward,
+                 "'table'");
+  expect_refused([&] { cuda::embedding_forward(device_view(DType::F32, {3, 64}), table, ids, nullptr); }, forward,
+                 "'out'");
+  expect_refused([&] { cuda::embedding_forward(device_view(DType::BF16, {3, 63}), table, ids, nullptr); }, forward,
+                 "'out'");
+  expect_refused([&] { cuda::embedding_forward(out, table, device_view(DType::F32, {3}), nullptr); }, forward, "'ids'");
+  std::vector<uint16_t> host_table(300 * 64);
+  expect_refused(
+      [&] {
+        cuda::embedding_forward(out, Tensor::view(host_table.data(), DType::BF16, Device::CPU, {300, 64}), ids,
+                                nullptr);
+      },
+      forward, "'table'");
+  const char* backward = "cuda::embedding_backward";
+  expect_refused([&] { cuda::embedding_backward(table, out, ids, nullptr); }, backward, "'dtable'");
+  expect_refused([&] { cuda::embedding_backward(device_view(DType::F32, {300, 64}), out, device_view(DType::I32, {4}),
+                                                nullptr); },
+                 backward, "'dout'");
+}
+
+// ---------------------------------------------------------------- rmsnorm
+
+struct RowsShape {
+  int64_t rows, columns;
+};
+// Per token [T, hidden] and per head [T*heads, head_dim]; rows of 1001 take the
+// one-element path.
+constexpr RowsShape kRmsnormShapes[] = {{1, 64},       {3, 1000},  {257, 1024}, {7, 1001},
+                                        {257 * 16, 128}, {3 * 8, 16}, {257 * 8, 16}};
+
+TEST_F(GpuPointwise, RmsnormForwardMatchesCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, D] : kRmsnormShapes) {
+      const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+      const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
+      Operand out(dtype, {N, D}, normal(N * D));
+      Operand rstd(DType::F32, {N}, normal(N));
+      cpu_.rmsnorm_forward(out.cpu(), rstd.cpu(), x.cpu(), weight.cpu(), 1e-6f);
+      cuda::rmsnorm_forward(out.gpu(), rstd.gpu(), x.gpu(), weight.gpu(), 1e-6f, nullptr);
+      expect_close(out.download(), out.host(), data_tolerance(dtype), label("rmsnorm_forward out", dtype, {N, D}));
+      expect_close(rstd.download(), rstd.host(), kF32Sums, label("rmsnorm_forward rstd", dtype, {N, D}));
+    }
+  }
+}
+
+TEST_F(GpuPointwise, RmsnormBackwardAccumulatesLikeCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, D] : kRmsnormShapes) {
+      const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+      const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
+      const Operand dout(dtype, {N, D}, normal(N * D));
+      Operand dx(dtype, {N, D}, normal(N * D));
+      Operand dweight(DType::F32, {D}, normal(D));
+      // rstd as the forward pass leaves it, from the same (rounded) x on both sides.
+      std::vector<float> normed(N * D), rstd_values(N);
+      cpu_.rmsnorm_forward(Tensor::view(normed.data(), DType::F32, Device::CPU, {N, D}),
+                           Tensor::view(rstd_values.data(), DType::F32, Device::CPU, {N}), x.cpu(), weight.cpu(),
+                           1e-6f);
+      const Operand rstd(DType::F32, {N}, rstd_values);
+      for (int call = 1; call <= 2; ++call) {
+        cpu_.rmsnorm_backward(dx.cpu(), dweight.cpu(), dout.cpu(), x.cpu(), weight.cpu(), rstd.cpu());
+        cuda::rmsnorm_backward(dx.gpu(), dweight.gpu(), dout.gpu(), x.gpu(), weight.gpu(), rstd.gpu(), nullptr);
+        const std::string what = label("rmsnorm_backward", dtype, {N, D}) + " call " + std::to_string(call);
+        expect_close(dx.download(), dx.host(), data_tolerance(dtype), what + " dx");
+        expect_close(dweight.download(), dweight.host(), kF32Sums, what + " dweight");
+        dx.adopt_device_values();
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
+  const Tensor x = device_view(DType::BF16, {4, 128}), out = device_view(DType::BF16, {4, 128});
+  const Tensor weight = device_view(DType::BF16, {128}), rstd = device_view(DType::F32, {4});
+  const Tensor dweight = device_view(DType::F32, {128});
+  const char* forward = "cuda::rmsnorm_forward";
+  expect_refused([&] { cuda::rmsnorm_forward(out, device_view(DType::BF16, {4}), x, weight, 1e-6f, nullptr); },
+                 forward, "'rstd'");
+  expect_refused([&] { cuda::rmsnorm_forward(out, rstd, x, device_view(DType::F32, {128}), 1e-6f, nullptr); },
+                 forward, "'weight'");
+  expect_refused([&] { cuda::rmsnorm_forward(device_view(DType::BF16, {4, 64}), rstd, x, weight, 1e-6f, nullptr); },
+                 forward, "'out'");
+  const char* backward = "cuda::rmsnorm_backward";
+  expect_refused([&] { cuda::rmsnorm_backward(out, weight, out, x, weight, rstd, nullptr); }, backward, "'dweight'");
+  expect_refused([&] { cuda::rmsnorm_backward(out, dweight, device_view(DType::F32, {4, 128}), x, weight, rstd,
+                                              nullptr); },
+                 backward, "'dout'");
+  expect_refused([&] { cuda::rmsnorm_backward(out, dweight, out, x, weight, device_view(DType::F32, {5}), nullptr); },
+                 backward, "'rstd'");
+  const Tensor wide = device_view(DType::F32, {1, 20000}), wide_weight = device_view(DType::F32, {20000});
+  const Tensor one_rstd = device_view(DType::F32, {1});
+  expect_refused([&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, one_rstd, nullptr); },
+                 backward, "20000");
+}
+
+// ---------------------------------------------------------------- rope
+
+struct RopeShape {
+  int64_t tokens;
+  int heads, head_dim;
+};
+// head_dim 6 takes the one-element path; 3 heads leave a partial group of heads.
+constexpr RopeShape kRopeShapes[] = {{1, 16, 128}, {3, 8, 128}, {257, 16, 128}, {257, 8, 16}, {3, 2, 6}, {5, 3, 64}};
+
+// Qwen3's frequencies (theta 1e6), computed as ModelConfig::rope_inv_freq does.
+std::vector<float> inv_freq(int head_dim) {
+  std::vector<float> freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i)
+    freq[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  return freq;
+}
+
+TEST_F(GpuPointwise, RopeForwardAndBackwardMatchCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [T, heads, head_dim] : kRopeShapes) {
+      std::vector<int32_t> position_values(T);
+      for (int32_t& p : position_values) p = integer(0, 32767);  // large angles too
+      const Ints positions(position_values);
+      const Operand freq(DType::F32, {head_dim / 2}, inv_freq(head_dim));
+      Operand x(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
+      cpu_.rope_forward(x.cpu(), positions.cpu(), freq.cpu(), heads);
+      cuda::rope_forward(x.gpu(), positions.gpu(), freq.gpu(), heads, nullptr);
+      expect_close(x.download(), x.host(), data_tolerance(dtype), label("rope_forward", dtype, {T, heads, head_dim}));
+      Operand dx(dtype, {T, heads * head_dim}, normal(T * heads * head_dim));
+      cpu_.rope_backward(dx.cpu(), positions.cpu(), freq.cpu(), heads);
+      cuda::rope_backward(dx.gpu(), positions.gpu(), freq.gpu(), heads, nullptr);
+      expect_close(dx.download(), dx.host(), data_tolerance(dtype),
+                   label("rope_backward", dtype, {T, heads, head_dim}));
+    }
+  }
+}
+
+TEST_F(GpuPointwise, RopeRefusesBadArguments) {
+  const Tensor x = device_view(DType::BF16, {3, 8 * 128}), positions = device_view(DType::I32, {3});
+  const Tensor freq = device_view(DType::F32, {64});
+  const char* forward = "cuda::rope_forward";
+  expect_refused([&] { cuda::rope_forward(x, positions, freq, 7, nullptr); }, forward, "7 heads");
+  expect_refused([&] { cuda::rope_forward(device_view(DType::BF16, {3, 8 * 5}), positions, device_view(DType::F32, {2}),
+                                          8, nullptr); },
+                 forward, "even size");
+  expect_refused([&] { cuda::rope_forward(x, device_view(DType::I32, {4}), freq, 8, nullptr); }, forward,
+                 "'positions'");
+  expect_refused([&] { cuda::rope_forward(x, positions, device_view(DType::BF16, {64}), 8, nullptr); }, forward,
+                 "'inv_freq'");
+  expect_refused([&] { cuda::rope_backward(device_view(DType::F16, {3, 8 * 128}), positions, freq, 8, nullptr); },
+                 "cuda::rope_backward", "'dx'");
+}
+
+// ---------------------------------------------------------------- swiglu, add, zero, copy
+
+// 1001, 7 and 3·1001 elements leave a tail after the last full pack.
+constexpr RowsShape kFlatShapes[] = {{1, 64}, {3, 1000}, {257, 3072}, {3, 1001}, {1, 7}};
+
+// Gate values wide enough to saturate the sigmoid, extremes included.
+std::vector<float> with_extremes(std::vector<float> values) {
+  const float extremes[] = {-100.0f, 100.0f, -30.0f, 30.0f};
+  for (size_t i = 0; i < std::size(extremes) && i < values.size(); ++i) values[i] = extremes[i];
+  return values;
+}
+
+TEST_F(GpuPointwise, SwigluForwardMatchesCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, I] : kFlatShapes) {
+      const Operand gate(dtype, {N, I}, with_extremes(normal(N * I, 0.0f, 3.0f)));
+      const Operand up(dtype, {N, I}, normal(N * I));
+      Operand out(dtype, {N, I}, normal(N * I));
+      cpu_.swiglu_forward(out.cpu(), gate.cpu(), up.cpu());
+      cuda::swiglu_forward(out.gpu(), gate.gpu(), up.gpu(), nullptr);
+      expect_close(out.download(), out.host(), data_tolerance(dtype), label("swiglu_forward", dtype, {N, I}));
+    }
+  }
+}
+
+TEST_F(GpuPointwise, SwigluBackwardAccumulatesLikeCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, I] : kFlatShapes) {
+      const Operand gate(dtype, {N, I}, with_extremes(normal(N * I, 0.0f, 3.0f)));
+      const Operand up(dtype, {N, I}, normal(N * I));
+      const Operand dout(dtype, {N, I}, normal(N * I));
+      Operand dgate(dtype, {N, I}, normal(N * I)), dup(dtype, {N, I}, normal(N * I));
+      for (int call = 1; call <= 2; ++call) {
+        cpu_.swiglu_backward(dgate.cpu(), dup.cpu(), dout.cpu(), gate.cpu(), up.cpu());
+        cuda::swiglu_backward(dgate.gpu(), dup.gpu(), dout.gpu(), gate.gpu(), up.gpu(), nullptr);
+        const std::string what = label("swiglu_backward", dtype, {N, I}) + " call " + std::to_string(call);
+        expect_close(dgate.download(), dgate.host(), data_tolerance(dtype), what + " dgate");
+        expect_close(dup.download(), dup.host(), data_tolerance(dtype), what + " dup");
+        dgate.adopt_device_values();
+        dup.adopt_device_values();
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, SwigluRefusesBadArguments) {
+  const Tensor a = device_view(DType::BF16, {4, 96});
+  expect_refused([&] { cuda::swiglu_forward(a, a, device_view(DType::BF16, {4, 95}), nullptr); },
+                 "cuda::swiglu_forward", "'up'");
+  expect_refused([&] { cuda::swiglu_forward(device_view(DType::F32, {4, 96}), a, a, nullptr); },
+                 "cuda::swiglu_forward", "'out'");
+  expect_refused([&] { cuda::swiglu_backward(a, device_view(DType::F32, {4, 96}), a, a, a, nullptr); },
+                 "cuda::swiglu_backward", "'dup'");
+}
+
+// out = a + b, rounded once to the data dtype: equal to the CPU sum rounded the same way.
+TEST_F(GpuPointwise, AddMatchesCpuExactlyAlsoInPlace) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, D] : kFlatShapes) {
+      Operand a(dtype, {N, D}, normal(N * D));
+      const Operand b(dtype, {N, D}, normal(N * D));
+      Operand out(dtype, {N, D}, normal(N * D));
+      cpu_.add(out.cpu(), a.cpu(), b.cpu());
+      std::vector<float> want = out.host();
+      if (dtype == DType::BF16) std::ranges::transform(want, want.begin(), round_bf16);
+      cuda::add(out.gpu(), a.gpu(), b.gpu(), nullptr);
+      expect_close(out.download(), want, kExact, label("add", dtype, {N, D}));
+      cuda::add(a.gpu(), a.gpu(), b.gpu(), nullptr);  // out aliases a, as on the residual stream
+      expect_close(a.download(), want, kExact, label("add in place", dtype, {N, D}));
+    }
+  }
+}
+
+TEST_F(GpuPointwise, ZeroAndCopyCoverWholeTensors) {
+  for (DType dtype : kDataTypes) {
+    const Operand src(dtype, {3, 1001}, normal(3 * 1001));
+    Operand dst(dtype, {3, 1001}, normal(3 * 1001));
+    cuda::copy(dst.gpu(), src.gpu(), nullptr);
+    expect_close(dst.download(), src.host(), kExact, label("copy", dtype, {3, 1001}));
+    cuda::zero(dst.gpu(), nullptr);
+    expect_close(dst.download(), std::vector<float>(3 * 1001, 0.0f), kExact, label("zero", dtype, {3, 1001}));
+  }
+}
+
+TEST_F(GpuPointwise, ElementwiseRefusesBadArguments) {
+  const Tensor a = device_view(DType::BF16, {4, 96});
+  expect_refused([&] { cuda::add(a, a, device_view(DType::F32, {4, 96}), nullptr); }, "cuda::add", "'b'");
+  expect_refused([&] { cuda::add(device_view(DType::BF16, {96, 4}), a, a, nullptr); }, "cuda::add", "'out'");
+  expect_refused([&] { cuda::copy(a, device_view(DType::BF16, {4, 95}), nullptr); }, "cuda::copy", "cannot copy");
+  expect_refused([&] { cuda::copy(a, device_view(DType::F16, {4, 96}), nullptr); }, "cuda::copy", "cannot copy");
+  std::vector<float> host(16);
+  expect_refused([&] { cuda::zero(Tensor::view(host.data(), DType::F32, Device::CPU, {16}), nullptr); }, "cuda::zero",
+                 "'dst'");
+}
+
+}  // namespace
+#endif  // TANDEM_HAVE_CUDA

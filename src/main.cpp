@@ -4,6 +4,7 @@
 //   tandem --check DECK [overrides]           validate and print the resolved deck
 //   tandem --help | --version
 //   tandem tokenize --tokenizer PATH [--decode]
+//   tandem generate --model HF_DIR --prompt TEXT [...]
 #include <mpi.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "deck/deck.h"
 #include "driver/default_deck.h"
 #include "driver/run_job.h"
+#include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
 
 namespace {
@@ -27,6 +29,8 @@ void print_usage(std::ostream& out) {
       << "  mpirun -np N tandem [DECK] [--section.key=value ...]   run a job (no DECK: the embedded default)\n"
       << "  tandem --check DECK [--section.key=value ...]          validate, print the resolved deck, exit\n"
       << "  tandem tokenize --tokenizer PATH [--decode]           text lines on stdin -> token ids (or back)\n"
+      << "  tandem generate --model HF_DIR --prompt TEXT [--max-new N] [--temperature T] [--top-p P]\n"
+      << "                  [--top-k K] [--seed S] [--chat] [--ids]     complete a prompt (temperature 0: greedy)\n"
       << "  tandem --help | --version\n\n"
       << "Deck options (file: [section] then key = value; command line: --section.key=value):\n";
 }
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);
+    if (first == "generate") return tandem::generate_command(argc - 1, argv + 1);
   }
 
   Arguments args;

@@ -62,6 +62,12 @@ Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::
                                 std::to_string(acts.capacity.max_tokens) + " tokens, " +
                                 std::to_string(acts.capacity.max_sequences) + " sequences)");
   const std::vector<int32_t> positions = packed_positions(cu_seqlens, T);
+  // Checked here, on the host, for every backend: a GPU kernel cannot report a bad id
+  // without a synchronisation.
+  for (int64_t t = 0; t < T; ++t)
+    if (token_ids[t] < 0 || token_ids[t] >= config_.vocab)
+      throw std::invalid_argument("token id " + std::to_string(token_ids[t]) + " at position " + std::to_string(t) +
+                                  " is outside the vocabulary of " + std::to_string(config_.vocab));
   if (static_cast<int>(params.layers.size()) != config_.layers || static_cast<int>(acts.layers.size()) != config_.layers)
     throw std::invalid_argument("parameters or activations were laid out for another model config");
 

@@ -1,0 +1,887 @@
+#include "attention.cuh"
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "model/op_args.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---------------------------------------------------------------------------------------
+// Scalar path: one warp per row (a query row for forward and dq, a key row for dk/dv),
+// each lane holding head dims lane, lane+32, ... The reference-grade path for F32 and for
+// head sizes the tensor-core tiles do not cover.
+
+constexpr int kScalarMaxHeadDim = 256;
+constexpr int kLaneDims = kScalarMaxHeadDim / 32;
+constexpr int kScalarThreads = 128;
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ inline void store(float* p, float x) { *p = x; }
+__device__ inline void store(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+struct Span {
+  int start, end;  // tokens [start, end) of one sequence
+};
+
+// The sequence that holds token t: the last s with cu_seqlens[s] <= t. Clamped so that a
+// broken table can only give wrong rows, never rows outside [0, tokens).
+__device__ Span sequence_of(const int* cu_seqlens, int sequences, int tokens, int t) {
+  int lo = 0, hi = sequences;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cu_seqlens[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  return {min(max(cu_seqlens[lo], 0), t), min(max(cu_seqlens[lo + 1], t + 1), tokens)};
+}
+
+__device__ inline float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
+  return x;
+}
+
+template <class Element>
+__device__ void load_lanes(float (&x)[kLaneDims], const Element* row, int head_dim, int lane) {
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) x[i] = lane + 32 * i < head_dim ? to_float(row[lane + 32 * i]) : 0.f;
+}
+
+template <class Element>
+__device__ float lanes_dot(const float (&x)[kLaneDims], const Element* row, int head_dim, int lane) {
+  float sum = 0;
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    if (lane + 32 * i < head_dim) sum += x[i] * to_float(row[lane + 32 * i]);
+  return warp_sum(sum);
+}
+
+template <class Element>
+__device__ void add_lanes(Element* row, const float (&x)[kLaneDims], int head_dim, int lane) {
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    if (lane + 32 * i < head_dim) store(row + lane + 32 * i, to_float(row[lane + 32 * i]) + x[i]);
+}
+
+struct Geometry {
+  int tokens, sequences, heads, kv_heads, head_dim;
+  float scale;
+};
+
+template <class Element>
+__global__ void __launch_bounds__(kScalarThreads)
+    forward_rows(Element* out, float* lse, const Element* q, const Element* k, const Element* v,
+                 const int* cu_seqlens, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
+  const int t = static_cast<int>(row / geo.heads), h = static_cast<int>(row % geo.heads);
+  const int kv_head = h / (geo.heads / geo.kv_heads), D = geo.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const Span span = sequence_of(cu_seqlens, geo.sequences, geo.tokens, t);
+
+  float qi[kLaneDims], acc[kLaneDims] = {};
+  load_lanes(qi, q + t * q_stride + h * D, D, lane);
+  // Online softmax: the running maximum rescales what was summed before it.
+  float max = -INFINITY, sum = 0;
+  for (int j = span.start; j <= t; ++j) {
+    const float score = lanes_dot(qi, k + j * kv_stride + kv_head * D, D, lane) * geo.scale;
+    const float new_max = fmaxf(max, score);
+    const float correction = expf(max - new_max), p = expf(score - new_max);
+    sum = sum * correction + p;
+    const Element* vj = v + j * kv_stride + kv_head * D;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      acc[i] = acc[i] * correction + (lane + 32 * i < D ? p * to_float(vj[lane + 32 * i]) : 0.f);
+    max = new_max;
+  }
+  Element* oi = out + t * q_stride + h * D;
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    if (lane + 32 * i < D) store(oi + lane + 32 * i, acc[i] / sum);
+  if (lane == 0) lse[row] = max + logf(sum);
+}
+
+// dq[t] += Σ_j dS_tj k_j over the keys t sees, with dS = P ∘ (dP − rowsum(dO∘O)) · scale.
+template <class Element>
+__global__ void __launch_bounds__(kScalarThreads)
+    backward_query_rows(Element* dq, const Element* dout, const Element* out, const float* lse, const Element* q,
+                        const Element* k, const Element* v, const int* cu_seqlens, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
+  const int t = static_cast<int>(row / geo.heads), h = static_cast<int>(row % geo.heads);
+  const int kv_head = h / (geo.heads / geo.kv_heads), D = geo.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const Span span = sequence_of(cu_seqlens, geo.sequences, geo.tokens, t);
+
+  float qi[kLaneDims], doi[kLaneDims], acc[kLaneDims] = {};
+  load_lanes(qi, q + t * q_stride + h * D, D, lane);
+  load_lanes(doi, dout + t * q_stride + h * D, D, lane);
+  const float dot_out = lanes_dot(doi, out + t * q_stride + h * D, D, lane), row_lse = lse[row];
+  for (int j = span.start; j <= t; ++j) {
+    const Element* kj = k + j * kv_stride + kv_head * D;
+    const float p = expf(lanes_dot(qi, kj, D, lane) * geo.scale - row_lse);
+    const float dscore = p * (lanes_dot(doi, v + j * kv_stride + kv_head * D, D, lane) - dot_out) * geo.scale;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      if (lane + 32 * i < D) acc[i] += dscore * to_float(kj[lane + 32 * i]);
+  }
+  add_lanes(dq + t * q_stride + h * D, acc, D, lane);
+}
+
+// dk[j] += Σ dS_tj q_t and dv[j] += Σ P_tj dO_t over the queries t >= j of j's sequence
+// and over every query head of j's group: each warp owns its key row, so no atomics.
+template <class Element>
+__global__ void __launch_bounds__(kScalarThreads)
+    backward_key_rows(Element* dk, Element* dv, const Element* dout, const Element* out, const float* lse,
+                      const Element* q, const Element* k, const Element* v, const int* cu_seqlens, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.kv_heads) return;
+  const int j = static_cast<int>(row / geo.kv_heads), kv_head = static_cast<int>(row % geo.kv_heads);
+  const int group = geo.heads / geo.kv_heads, D = geo.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const Span span = sequence_of(cu_seqlens, geo.sequences, geo.tokens, j);
+
+  float kj[kLaneDims], vj[kLaneDims], dk_acc[kLaneDims] = {}, dv_acc[kLaneDims] = {};
+  load_lanes(kj, k + j * kv_stride + kv_head * D, D, lane);
+  load_lanes(vj, v + j * kv_stride + kv_head * D, D, lane);
+  for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+    for (int t = j; t < span.end; ++t) {
+      const Element* qt = q + t * q_stride + h * D;
+      const Element* dot_row = dout + t * q_stride + h * D;
+      const Element* out_row = out + t * q_stride + h * D;
+      const float p = expf(lanes_dot(kj, qt, D, lane) * geo.scale - lse[static_cast<int64_t>(t) * geo.heads + h]);
+      float dot_out = 0;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i)
+        if (lane + 32 * i < D) dot_out += to_float(dot_row[lane + 32 * i]) * to_float(out_row[lane + 32 * i]);
+      const float dscore = p * (lanes_dot(vj, dot_row, D, lane) - warp_sum(dot_out)) * geo.scale;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) {
+        if (lane + 32 * i >= D) continue;
+        dv_acc[i] += p * to_float(dot_row[lane + 32 * i]);
+        dk_acc[i] += dscore * to_float(qt[lane + 32 * i]);
+      }
+    }
+  }
+  add_lanes(dk + j * kv_stride + kv_head * D, dk_acc, D, lane);
+  add_lanes(dv + j * kv_stride + kv_head * D, dv_acc, D, lane);
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core path (BF16). A block holds a tile of 64 query rows (forward, dq) or 64 key
+// rows (dk/dv) and streams the other side through shared memory in tiles of 64 rows,
+// double-buffered with cp.async. Each of the 4 warps owns 16 of the block's rows, so every
+// row statistic and accumulator stays in that warp's registers.
+//
+// mma.sync m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane/4 and c = lane%4: an FP32 accumulator tile holds rows g (elements 0,1) and g+8
+// (elements 2,3), columns 2c and 2c+1. Two neighbouring accumulator tiles, rounded to
+// BF16, are exactly the A operand of the next product, so P and dS never leave registers.
+
+constexpr int kTile = 64;
+constexpr int kWarps = kTile / 16;
+constexpr int kThreads = kWarps * 32;
+
+// Shared-memory rows are padded by 16 bytes: the 8 rows one ldmatrix phase reads then
+// start in 8 different bank quads.
+template <int D>
+struct TileLayout {
+  static constexpr int stride = D + 8;
+  static constexpr int elements = kTile * stride;
+  static constexpr int bytes = elements * 2;
+};
+
+__device__ inline unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared without passing through registers; with `fill` false nothing is
+// read and the destination is zeroed.
+__device__ inline void copy_async_16(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+
+__device__ inline void copy_async_4(void* dst, const void* src, bool fill) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(fill ? 4 : 0)
+               : "memory");
+}
+
+__device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int pending>
+__device__ inline void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+// Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
+// shared memory; rows past `rows` are zeroed so that they add nothing to any product.
+template <int D>
+__device__ void load_tile(bf16* tile, const bf16* src, int64_t row_stride, int rows) {
+  constexpr int chunks = D / 8;
+  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
+    const int row = c / chunks, col = (c % chunks) * 8;
+    const bool inside = row < rows;
+    copy_async_16(tile + row * TileLayout<D>::stride + col, inside ? src + row * row_stride + col : src, inside);
+  }
+}
+
+__device__ inline void ldmatrix_x4(unsigned (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+__device__ inline void ldmatrix_x4_trans(unsigned (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+// The A operand (16×16, row-major) at rows [row0, row0+16), columns [col0, col0+16).
+template <int D>
+__device__ inline void load_a(unsigned (&a)[4], const bf16* tile, int row0, int col0, int lane) {
+  ldmatrix_x4(a, tile + (row0 + (lane & 15)) * TileLayout<D>::stride + col0 + (lane >> 4) * 8);
+}
+
+// B operands (16×8) of the two n-tiles n0 and n0+8 over k in [k0, k0+16), b[0..1] and
+// b[2..3], when the tile stores Bᵀ: one row per n (K in Q·Kᵀ).
+template <int D>
+__device__ inline void load_b_rows_n(unsigned (&b)[4], const bf16* tile, int n0, int k0, int lane) {
+  ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * TileLayout<D>::stride + k0 + ((lane >> 3) & 1) * 8);
+}
+
+// The same operands when the tile stores B itself: one row per k (V in P·V).
+template <int D>
+__device__ inline void load_b_rows_k(unsigned (&b)[4], const bf16* tile, int k0, int n0, int lane) {
+  ldmatrix_x4_trans(b, tile + (k0 + (lane & 15)) * TileLayout<D>::stride + n0 + (lane >> 4) * 8);
+}
+
+// c += a · b on one 16×8 tile.
+__device__ inline void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline unsigned pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+// The warp's 16×kTile FP32 accumulator tiles rounded to BF16 A operands, one per 16
+// columns: tiles 2i and 2i+1 are exactly the A operand of a product over those columns.
+__device__ inline void as_a_operands(unsigned (&a)[kTile / 16][4], const float (&tiles)[kTile / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    a[kk][0] = pack_bf16(tiles[2 * kk][0], tiles[2 * kk][1]);
+    a[kk][1] = pack_bf16(tiles[2 * kk][2], tiles[2 * kk][3]);
+    a[kk][2] = pack_bf16(tiles[2 * kk + 1][0], tiles[2 * kk + 1][1]);
+    a[kk][3] = pack_bf16(tiles[2 * kk + 1][2], tiles[2 * kk + 1][3]);
+  }
+}
+
+// Element i of accumulator tile nt, read back (rounded) from those A operands.
+__device__ inline float a_operand_value(const unsigned (&a)[kTile / 16][4], int nt, int i) {
+  const unsigned word = a[nt / 2][(nt % 2) * 2 + i / 2];
+  return __uint_as_float(i % 2 ? word & 0xffff0000u : word << 16);
+}
+
+// acc[kTile/8 tiles] = this warp's 16 rows of `a_tile` times the kTile rows of `b_tile`,
+// both D wide: A·Bᵀ with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ).
+template <int D>
+__device__ inline void multiply_rows(float (&acc)[kTile / 8][4], const bf16* a_tile, int a_row0, const bf16* b_tile,
+                                     int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    unsigned a[4];
+    load_a<D>(a, a_tile, a_row0, kk * 16, lane);
+#pragma unroll
+    for (int n = 0; n < kTile / 16; ++n) {
+      unsigned b[4];
+      load_b_rows_n<D>(b, b_tile, n * 16, kk * 16, lane);
+      mma(acc[2 * n], a, b[0], b[1]);
+      mma(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[D/8 tiles] += the warp's 16×kTile weights (A operands from as_a_operands) times
+// the kTile × D tile `rows` (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
+template <int D>
+__device__ inline void accumulate_product(float (&acc)[D / 8][4], const unsigned (&weights)[kTile / 16][4],
+                                          const bf16* rows, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) {
+      unsigned b[4];
+      load_b_rows_k<D>(b, rows, kk * 16, n * 16, lane);
+      mma(acc[2 * n], weights[kk], b[0], b[1]);
+      mma(acc[2 * n + 1], weights[kk], b[2], b[3]);
+    }
+  }
+}
+
+// acc (this warp's 16 rows × D) added into `dst` rows starting at `first` (rows >= `rows`
+// are outside the sequence and skipped): the accumulate (+=) of the backward ops.
+template <int D>
+__device__ inline void add_rows(bf16* dst, int64_t row_stride, int rows, int first, const float (&acc)[D / 8][4],
+                                int lane) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = first + lane / 4 + 8 * half;
+    if (row >= rows) continue;
+    bf16* base = dst + row * row_stride + 2 * (lane % 4);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(base + n * 8);
+      const float2 old = __bfloat1622float2(*pair);
+      *pair = __floats2bfloat162_rn(old.x + acc[n][2 * half], old.y + acc[n][2 * half + 1]);
+    }
+  }
+}
+
+struct SequenceTile {
+  int start;   // first token of the sequence
+  int length;  // its tokens
+  int tile;    // the block's tile within it, in launch order
+  int tiles;   // the sequence's tiles of kTile rows
+};
+
+// Maps a flat block index onto (sequence, tile) from cu_seqlens on the device: the grid
+// is an upper bound on the tile count (the host does not read cu_seqlens), and blocks past
+// the last tile get false. Warp 0 scans 32 sequences at a time; all threads get the answer.
+__device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tokens, int index, SequenceTile& found) {
+  __shared__ SequenceTile slot;
+  __shared__ bool hit;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int before = 0;  // tiles of the sequences already scanned
+    bool any = false;
+    for (int base = 0; base < sequences && !any; base += 32) {
+      const int s = base + lane;
+      int start = 0, length = 0;
+      if (s < sequences) {
+        start = min(max(cu_seqlens[s], 0), tokens);
+        length = min(max(cu_seqlens[s + 1], start), tokens) - start;
+      }
+      const int tiles = (length + kTile - 1) / kTile;
+      int through = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int lower = __shfl_up_sync(kFullMask, through, offset);
+        if (lane >= offset) through += lower;
+      }
+      const int first = before + through - tiles;
+      const bool mine = index >= first && index < first + tiles;
+      if (mine) slot = {start, length, index - first, tiles};
+      any = __ballot_sync(kFullMask, mine) != 0;
+      before += __shfl_sync(kFullMask, through, 31);
+    }
+    if (lane == 0) hit = any;
+  }
+  __syncthreads();
+  found = slot;
+  return hit;
+}
+
+template <int D>
+constexpr int forward_shared_bytes = 5 * TileLayout<D>::bytes;  // Q, K and V twice
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    forward_tiles(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const int* cu_seqlens,
+                  Geometry geo) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  SequenceTile where;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  // A sequence's last tile sees the most keys: launch it first.
+  const int q0 = (where.tiles - 1 - where.tile) * kTile;
+  const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int key_end = min(q0 + kTile, where.length);  // the tile's last query sees keys below this
+  const int key_tiles = (key_end + kTile - 1) / kTile;
+  const float scale_log2 = geo.scale * kLog2e;
+
+  constexpr int elements = TileLayout<D>::elements;
+  bf16* q_tile = reinterpret_cast<bf16*>(shared);
+  bf16* k_tiles = q_tile + elements;
+  bf16* v_tiles = k_tiles + 2 * elements;
+  const bf16* q_src = q + (where.start + q0) * q_stride + h * D;
+  const bf16* k_src = k + where.start * kv_stride + kv_head * D;
+  const bf16* v_src = v + where.start * kv_stride + kv_head * D;
+  load_tile<D>(q_tile, q_src, q_stride, key_end - q0);
+  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  copy_async_commit();
+
+  float o[D / 8][4] = {};
+  // Per row (g and g+8 of the warp's 16): running max of the scores in log2 units and this
+  // lane's share of the running sum of exponentials.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  for (int n = 0; n < key_tiles; ++n) {
+    const int stage = n & 1, key0 = n * kTile;
+    if (n + 1 < key_tiles) {
+      const int next = key0 + kTile;
+      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      copy_async_commit();
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    float s[kTile / 8][4] = {};
+    multiply_rows<D>(s, q_tile, warp * 16, k_tiles + stage * elements, lane);
+    if (key0 + kTile - 1 > q0) {  // the tile reaches past the diagonal: hide future keys
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = q0 + warp * 16 + lane / 4 + 8 * (i / 2), key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+          if (key > row) s[nt][i] = -INFINITY;
+        }
+    }
+    // Online softmax. Tile 0 holds key 0, which every row sees, so row_max is finite from
+    // the first tile on and exp2(row_max_old - row_max_new) never meets inf - inf.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = row_max[half];
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]) * scale_log2);
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+      const float correction = exp2f(row_max[half] - tile_max);
+      row_max[half] = tile_max;
+      float sum = 0;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2f(fmaf(s[nt][2 * half + e], scale_log2, -tile_max));
+          s[nt][2 * half + e] = p;
+          sum += p;
+        }
+      row_sum[half] = row_sum[half] * correction + sum;
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        o[n8][2 * half] *= correction;
+        o[n8][2 * half + 1] *= correction;
+      }
+    }
+    unsigned p[kTile / 16][4];
+    as_a_operands(p, s);
+    accumulate_product<D>(o, p, v_tiles + stage * elements, lane);
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    const int row = q0 + warp * 16 + lane / 4 + 8 * half;
+    if (row >= where.length) continue;
+    const float inverse = 1.f / sum;
+    bf16* dst = out + (where.start + row) * q_stride + h * D + 2 * (lane % 4);
+#pragma unroll
+    for (int n8 = 0; n8 < D / 8; ++n8)
+      *reinterpret_cast<__nv_bfloat162*>(dst + n8 * 8) =
+          __floats2bfloat162_rn(o[n8][2 * half] * inverse, o[n8][2 * half + 1] * inverse);
+    if (lane % 4 == 0) lse[static_cast<int64_t>(where.start + row) * geo.heads + h] = (row_max[half] + log2f(sum)) * kLn2;
+  }
+}
+
+template <int D>
+constexpr int query_shared_bytes = 6 * TileLayout<D>::bytes;  // Q, dO; K and V twice
+
+// dq for one tile of 64 queries of one head: loops over the key tiles its rows see.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_query_tiles(bf16* dq, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
+                         const bf16* v, const int* cu_seqlens, Geometry geo) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  SequenceTile where;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  const int q0 = (where.tiles - 1 - where.tile) * kTile;
+  const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int key_end = min(q0 + kTile, where.length);
+  const int key_tiles = (key_end + kTile - 1) / kTile;
+  const float scale_log2 = geo.scale * kLog2e;
+
+  constexpr int elements = TileLayout<D>::elements;
+  bf16* q_tile = reinterpret_cast<bf16*>(shared);
+  bf16* dout_tile = q_tile + elements;
+  bf16* k_tiles = dout_tile + elements;
+  bf16* v_tiles = k_tiles + 2 * elements;
+  const int64_t row0 = where.start + q0;
+  const bf16* k_src = k + where.start * kv_stride + kv_head * D;
+  const bf16* v_src = v + where.start * kv_stride + kv_head * D;
+  load_tile<D>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  copy_async_commit();
+
+  // Statistics of this lane's rows (g and g+8): lse in log2 units (+inf past the sequence,
+  // so those rows get P = 0) and rowsum(dO∘O), two lanes per row with 16-byte loads.
+  float row_lse[2], row_dot[2];
+  {
+    const int row = q0 + warp * 16 + lane / 2;
+    float part = 0;
+    if (row < where.length) {
+      const bf16* a = dout + (where.start + row) * q_stride + h * D;
+      const bf16* b = out + (where.start + row) * q_stride + h * D;
+      for (int c = lane % 2; c < D / 8; c += 2) {
+        const uint4 x = *reinterpret_cast<const uint4*>(a + c * 8), y = *reinterpret_cast<const uint4*>(b + c * 8);
+        const __nv_bfloat162* xs = reinterpret_cast<const __nv_bfloat162*>(&x);
+        const __nv_bfloat162* ys = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 fx = __bfloat1622float2(xs[e]), fy = __bfloat1622float2(ys[e]);
+          part += fx.x * fy.x + fx.y * fy.y;
+        }
+      }
+    }
+    part += __shfl_xor_sync(kFullMask, part, 1);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int mine = lane / 4 + 8 * half, r = q0 + warp * 16 + mine;
+      row_dot[half] = __shfl_sync(kFullMask, part, 2 * mine);
+      row_lse[half] = r < where.length ? lse[static_cast<int64_t>(where.start + r) * geo.heads + h] * kLog2e : INFINITY;
+    }
+  }
+
+  float dq_acc[D / 8][4] = {};
+  for (int n = 0; n < key_tiles; ++n) {
+    const int stage = n & 1, key0 = n * kTile;
+    if (n + 1 < key_tiles) {
+      const int next = key0 + kTile;
+      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      copy_async_commit();
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* k_tile = k_tiles + stage * elements;
+    float s[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
+    multiply_rows<D>(s, q_tile, warp * 16, k_tile, lane);
+    multiply_rows<D>(ds, dout_tile, warp * 16, v_tiles + stage * elements, lane);  // dP = dO·Vᵀ
+    const bool diagonal = key0 + kTile - 1 > q0;
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int half = i / 2, row = q0 + warp * 16 + lane / 4 + 8 * half, key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+        const float p = diagonal && key > row ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -row_lse[half]));
+        ds[nt][i] = p * (ds[nt][i] - row_dot[half]) * geo.scale;
+      }
+    unsigned ds_a[kTile / 16][4];
+    as_a_operands(ds_a, ds);
+    accumulate_product<D>(dq_acc, ds_a, k_tile, lane);
+    __syncthreads();
+  }
+  add_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
+}
+
+template <int D>
+struct KeyTileShared {
+  static constexpr int tiles = 2 + 2 * 3;  // K, V; Q, dO and O twice
+  static constexpr int bytes = tiles * TileLayout<D>::bytes + 2 * 2 * kTile * static_cast<int>(sizeof(float));
+};
+
+// dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
+// group and every query tile that sees these keys, so the sums over GQA heads and queries
+// stay in registers and each gradient row is written by one thread, once.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_key_tiles(bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
+                       const bf16* k, const bf16* v, const int* cu_seqlens, Geometry geo) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  SequenceTile where;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  // Natural order: a sequence's first key tile is seen by the most queries and goes first.
+  const int key0 = where.tile * kTile, kv_head = blockIdx.y, group = geo.heads / geo.kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const float scale_log2 = geo.scale * kLog2e;
+  const int query_tiles = where.tiles - where.tile;  // per head, from the diagonal tile on
+  const int items = group * query_tiles;
+
+  constexpr int elements = TileLayout<D>::elements;
+  bf16* k_tile = reinterpret_cast<bf16*>(shared);
+  bf16* v_tile = k_tile + elements;
+  bf16* staged = v_tile + elements;  // stage s: Q at staged + 3s·elements, then dO, then O
+  float* lse_rows = reinterpret_cast<float*>(staged + 6 * elements);  // [2][kTile], log2 units
+  float* dot_rows = lse_rows + 2 * kTile;                              // [2][kTile], rowsum(dO∘O)
+  const int64_t key_row0 = where.start + key0;
+  load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+  load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+
+  const auto item_head = [&](int item) { return kv_head * group + item / query_tiles; };
+  const auto item_q0 = [&](int item) { return (where.tile + item % query_tiles) * kTile; };
+  const auto load_item = [&](int item, int stage) {
+    const int h = item_head(item), q0 = item_q0(item), rows = where.length - q0;
+    const int64_t row0 = where.start + q0;
+    bf16* tiles = staged + 3 * stage * elements;
+    load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
+    load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
+    load_tile<D>(tiles + 2 * elements, out + row0 * q_stride + h * D, q_stride, rows);
+    for (int r = threadIdx.x; r < kTile; r += kThreads)
+      copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
+    copy_async_commit();
+  };
+  load_item(0, 0);  // in one group with K and V
+
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
+  for (int item = 0; item < items; ++item) {
+    const int stage = item & 1, q0 = item_q0(item);
+    if (item + 1 < items) {
+      load_item(item + 1, stage ^ 1);
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* q_staged = staged + 3 * stage * elements;
+    const bf16* dout_staged = q_staged + elements;
+    float* lse_stage = lse_rows + stage * kTile;
+    float* dot_stage = dot_rows + stage * kTile;
+    {  // Row statistics of the query tile, two threads per row.
+      const int r = threadIdx.x / 2;
+      const bf16* a = dout_staged + r * TileLayout<D>::stride;
+      const bf16* b = q_staged + 2 * elements + r * TileLayout<D>::stride;
+      float part = 0;
+      for (int c = threadIdx.x % 2; c < D / 2; c += 2) {
+        const float2 x = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(a)[c]);
+        const float2 y = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(b)[c]);
+        part += x.x * y.x + x.y * y.y;
+      }
+      part += __shfl_xor_sync(kFullMask, part, 1);
+      if (threadIdx.x % 2 == 0) {
+        dot_stage[r] = part;
+        lse_stage[r] = q0 + r < where.length ? lse_stage[r] * kLog2e : INFINITY;  // rows past the end: P = 0
+      }
+    }
+    __syncthreads();
+
+    // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries. P is
+    // kept only as BF16 operands (its FP32 copy would cost 32 registers, and the kernel
+    // already holds dK and dV), so dS is formed from the rounded P.
+    unsigned p[kTile / 16][4];
+    {
+      float s[kTile / 8][4] = {};
+      multiply_rows<D>(s, k_tile, warp * 16, q_staged, lane);  // Sᵀ = K·Qᵀ
+      const bool diagonal = q0 < key0 + kTile - 1;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int column = nt * 8 + 2 * (lane % 4) + i % 2;
+          const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + column;
+          s[nt][i] = diagonal && query < key ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -lse_stage[column]));
+        }
+      as_a_operands(p, s);
+    }
+    accumulate_product<D>(dv_acc, p, dout_staged, lane);  // dV += Pᵀ·dO
+    {
+      float ds[kTile / 8][4] = {};
+      multiply_rows<D>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int column = nt * 8 + 2 * (lane % 4) + i % 2;
+          ds[nt][i] = a_operand_value(p, nt, i) * (ds[nt][i] - dot_stage[column]) * geo.scale;
+        }
+      unsigned ds_a[kTile / 16][4];
+      as_a_operands(ds_a, ds);
+      accumulate_product<D>(dk_acc, ds_a, q_staged, lane);  // dK += dSᵀ·Q
+    }
+    __syncthreads();
+  }
+  add_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
+  add_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+void check_launch(const char* op) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("kernels/attention.cu: ") + op + ": kernel launch failed: " +
+                             cudaGetErrorString(status));
+}
+
+// Checks the arguments both ops share and returns the launch geometry.
+Geometry check_shared_args(const char* op, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {
+  check_op_arg(q, op, "q", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t tokens = q.shape[0];
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(heads) + " query heads do not group over " +
+                                std::to_string(kv_heads) + " key/value heads");
+  if (q.shape[1] % heads != 0 || q.shape[1] / heads > kScalarMaxHeadDim || q.shape[1] == 0)
+    throw std::invalid_argument(std::string(op) + ": argument 'q' " + q.describe() + " does not split into " +
+                                std::to_string(heads) + " heads of 1 to " + std::to_string(kScalarMaxHeadDim) +
+                                " dims");
+  if (tokens > INT_MAX) throw std::invalid_argument(std::string(op) + ": more than INT_MAX tokens in " + q.describe());
+  const int64_t head_dim = q.shape[1] / heads;
+  check_op_arg(k, op, "k", Device::CUDA, {q.dtype}, {tokens, kv_heads * head_dim});
+  check_op_arg(v, op, "v", Device::CUDA, {q.dtype}, {tokens, kv_heads * head_dim});
+  check_op_arg(out, op, "out", Device::CUDA, {q.dtype}, {tokens, heads * head_dim});
+  check_op_arg(lse, op, "lse", Device::CUDA, {DType::F32}, {tokens, heads});
+  check_op_arg(cu_seqlens, op, "cu_seqlens", Device::CUDA, {DType::I32}, {kAnyExtent});
+  if (cu_seqlens.shape[0] < 2)
+    throw std::invalid_argument(std::string(op) + ": argument 'cu_seqlens' " + cu_seqlens.describe() +
+                                " must hold at least one sequence (two offsets)");
+  return {static_cast<int>(tokens), static_cast<int>(cu_seqlens.shape[0] - 1), heads, kv_heads,
+          static_cast<int>(head_dim), 1.0f / std::sqrt(static_cast<float>(head_dim))};
+}
+
+// Calls launch(std::integral_constant<int, D>) when the tensor-core path covers the call.
+template <class Launch>
+bool launch_on_tensor_cores(const Geometry& geo, std::initializer_list<const Tensor*> tensors, Launch&& launch) {
+  if ((*tensors.begin())->dtype != DType::BF16) return false;
+  for (const Tensor* t : tensors)
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  switch (geo.head_dim) {
+    case 16: launch(std::integral_constant<int, 16>{}); return true;
+    case 32: launch(std::integral_constant<int, 32>{}); return true;
+    case 64: launch(std::integral_constant<int, 64>{}); return true;
+    case 128: launch(std::integral_constant<int, 128>{}); return true;
+    default: return false;
+  }
+}
+
+// Blocks enough for every tile of every sequence: Σ ceil(len/kTile) <= (T + S·(kTile-1)) / kTile.
+dim3 tile_grid(const Geometry& geo, int heads) {
+  const int64_t bound = (static_cast<int64_t>(geo.tokens) + static_cast<int64_t>(geo.sequences) * (kTile - 1)) / kTile;
+  return dim3(static_cast<unsigned>(bound), static_cast<unsigned>(heads));
+}
+
+unsigned row_blocks(const Geometry& geo, int heads) {
+  const int64_t warps = static_cast<int64_t>(geo.tokens) * heads, per_block = kScalarThreads / 32;
+  return static_cast<unsigned>((warps + per_block - 1) / per_block);
+}
+
+template <class Kernel>
+void allow_shared(Kernel kernel, int bytes) {
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("kernels/attention.cu: cannot give a kernel ") + std::to_string(bytes) +
+                             " bytes of shared memory: " + cudaGetErrorString(status));
+}
+
+template <class Element>
+const Element* data(const Tensor& t) {
+  return static_cast<const Element*>(t.data);
+}
+
+template <class Element>
+Element* mutable_data(const Tensor& t) {
+  return static_cast<Element*>(t.data);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& cu_seqlens, int heads, int kv_heads, cudaStream_t stream) {
+  const char* op = "cuda::attention_forward";
+  const Geometry geo = check_shared_args(op, out, lse, q, k, v, cu_seqlens, heads, kv_heads);
+  if (geo.tokens == 0) return;
+  const int* cu = data<int>(cu_seqlens);
+  const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out}, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    allow_shared(forward_tiles<D>, forward_shared_bytes<D>);
+    forward_tiles<D><<<tile_grid(geo, heads), kThreads, forward_shared_bytes<D>, stream>>>(
+        mutable_data<bf16>(out), mutable_data<float>(lse), data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+  });
+  if (!tiled) {
+    const unsigned blocks = row_blocks(geo, heads);
+    if (q.dtype == DType::BF16)
+      forward_rows<bf16><<<blocks, kScalarThreads, 0, stream>>>(mutable_data<bf16>(out), mutable_data<float>(lse),
+                                                                data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+    else
+      forward_rows<float><<<blocks, kScalarThreads, 0, stream>>>(mutable_data<float>(out), mutable_data<float>(lse),
+                                                                 data<float>(q), data<float>(k), data<float>(v), cu,
+                                                                 geo);
+  }
+  check_launch(op);
+}
+
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& out,
+                        const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cu_seqlens, int heads, int kv_heads, cudaStream_t stream) {
+  const char* op = "cuda::attention_backward";
+  const Geometry geo = check_shared_args(op, out, lse, q, k, v, cu_seqlens, heads, kv_heads);
+  for (const auto& [tensor, name] : {std::pair{&dq, "dq"}, {&dout, "dout"}})
+    check_op_arg(*tensor, op, name, Device::CUDA, {q.dtype}, {geo.tokens, static_cast<int64_t>(heads) * geo.head_dim});
+  for (const auto& [tensor, name] : {std::pair{&dk, "dk"}, {&dv, "dv"}})
+    check_op_arg(*tensor, op, name, Device::CUDA, {q.dtype},
+                 {geo.tokens, static_cast<int64_t>(kv_heads) * geo.head_dim});
+  if (geo.tokens == 0) return;
+  const int* cu = data<int>(cu_seqlens);
+  const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
+    allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
+    backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
+        mutable_data<bf16>(dq), data<bf16>(dout), data<bf16>(out), data<float>(lse), data<bf16>(q), data<bf16>(k),
+        data<bf16>(v), cu, geo);
+    check_launch(op);
+    backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
+        mutable_data<bf16>(dk), mutable_data<bf16>(dv), data<bf16>(dout), data<bf16>(out), data<float>(lse),
+        data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+  });
+  if (!tiled) {
+    const auto launch = [&](auto element) {
+      using Element = decltype(element);
+      backward_query_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(
+          mutable_data<Element>(dq), data<Element>(dout), data<Element>(out), data<float>(lse), data<Element>(q),
+          data<Element>(k), data<Element>(v), cu, geo);
+      check_launch(op);
+      backward_key_rows<Element><<<row_blocks(geo, kv_heads), kScalarThreads, 0, stream>>>(
+          mutable_data<Element>(dk), mutable_data<Element>(dv), data<Element>(dout), data<Element>(out),
+          data<float>(lse), data<Element>(q), data<Element>(k), data<Element>(v), cu, geo);
+    };
+    if (q.dtype == DType::BF16) launch(bf16{});
+    else launch(float{});
+  }
+  check_launch(op);
+}
+
+}  // namespace tandem::cuda

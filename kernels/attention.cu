@@ -306,12 +306,6 @@ __device__ inline void as_a_operands(unsigned (&a)[kTile / 16][4], const float (
   }
 }
 
-// Element i of accumulator tile nt, read back (rounded) from those A operands.
-__device__ inline float a_operand_value(const unsigned (&a)[kTile / 16][4], int nt, int i) {
-  const unsigned word = a[nt / 2][(nt % 2) * 2 + i / 2];
-  return __uint_as_float(i % 2 ? word & 0xffff0000u : word << 16);
-}
-
 // acc[kTile/8 tiles] = this warp's 16 rows of `a_tile` times the kTile rows of `b_tile`,
 // both D wide: A·Bᵀ with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ).
 template <int D>
@@ -365,6 +359,20 @@ __device__ inline void add_rows(bf16* dst, int64_t row_stride, int rows, int fir
       *pair = __floats2bfloat162_rn(old.x + acc[n][2 * half], old.y + acc[n][2 * half + 1]);
     }
   }
+}
+
+// Σ a[i]·b[i] over 8 BF16 values at 16-byte aligned addresses (global or shared).
+__device__ inline float dot8(const bf16* a, const bf16* b) {
+  const uint4 x = *reinterpret_cast<const uint4*>(a), y = *reinterpret_cast<const uint4*>(b);
+  const __nv_bfloat162* xs = reinterpret_cast<const __nv_bfloat162*>(&x);
+  const __nv_bfloat162* ys = reinterpret_cast<const __nv_bfloat162*>(&y);
+  float sum = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 fx = __bfloat1622float2(xs[e]), fy = __bfloat1622float2(ys[e]);
+    sum += fx.x * fy.x + fx.y * fy.y;
+  }
+  return sum;
 }
 
 struct SequenceTile {
@@ -562,16 +570,7 @@ __global__ void __launch_bounds__(kThreads)
     if (row < where.length) {
       const bf16* a = dout + (where.start + row) * q_stride + h * D;
       const bf16* b = out + (where.start + row) * q_stride + h * D;
-      for (int c = lane % 2; c < D / 8; c += 2) {
-        const uint4 x = *reinterpret_cast<const uint4*>(a + c * 8), y = *reinterpret_cast<const uint4*>(b + c * 8);
-        const __nv_bfloat162* xs = reinterpret_cast<const __nv_bfloat162*>(&x);
-        const __nv_bfloat162* ys = reinterpret_cast<const __nv_bfloat162*>(&y);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 fx = __bfloat1622float2(xs[e]), fy = __bfloat1622float2(ys[e]);
-          part += fx.x * fy.x + fx.y * fy.y;
-        }
-      }
+      for (int c = lane % 2; c < D / 8; c += 2) part += dot8(a + c * 8, b + c * 8);
     }
     part += __shfl_xor_sync(kFullMask, part, 1);
 #pragma unroll
@@ -618,8 +617,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 struct KeyTileShared {
-  static constexpr int tiles = 2 + 2 * 3;  // K, V; Q, dO and O twice
-  static constexpr int bytes = tiles * TileLayout<D>::bytes + 2 * 2 * kTile * static_cast<int>(sizeof(float));
+  static constexpr int tiles = 2 + 2 * 2;  // K, V; Q and dO twice
+  static constexpr int bytes = tiles * TileLayout<D>::bytes + 3 * kTile * static_cast<int>(sizeof(float));
 };
 
 // dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
@@ -643,9 +642,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int elements = TileLayout<D>::elements;
   bf16* k_tile = reinterpret_cast<bf16*>(shared);
   bf16* v_tile = k_tile + elements;
-  bf16* staged = v_tile + elements;  // stage s: Q at staged + 3s·elements, then dO, then O
-  float* lse_rows = reinterpret_cast<float*>(staged + 6 * elements);  // [2][kTile], log2 units
-  float* dot_rows = lse_rows + 2 * kTile;                              // [2][kTile], rowsum(dO∘O)
+  bf16* staged = v_tile + elements;  // stage s: Q at staged + 2s·elements, then dO
+  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile], log2 units
+  float* dot_rows = lse_rows + 2 * kTile;                              // [kTile], rowsum(dO∘O)
   const int64_t key_row0 = where.start + key0;
   load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
   load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
@@ -655,10 +654,9 @@ __global__ void __launch_bounds__(kThreads)
   const auto load_item = [&](int item, int stage) {
     const int h = item_head(item), q0 = item_q0(item), rows = where.length - q0;
     const int64_t row0 = where.start + q0;
-    bf16* tiles = staged + 3 * stage * elements;
+    bf16* tiles = staged + 2 * stage * elements;
     load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
     load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
-    load_tile<D>(tiles + 2 * elements, out + row0 * q_stride + h * D, q_stride, rows);
     for (int r = threadIdx.x; r < kTile; r += kThreads)
       copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
     copy_async_commit();
@@ -667,7 +665,7 @@ __global__ void __launch_bounds__(kThreads)
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
   for (int item = 0; item < items; ++item) {
-    const int stage = item & 1, q0 = item_q0(item);
+    const int stage = item & 1, h = item_head(item), q0 = item_q0(item);
     if (item + 1 < items) {
       load_item(item + 1, stage ^ 1);
       copy_async_wait<1>();
@@ -675,35 +673,34 @@ __global__ void __launch_bounds__(kThreads)
       copy_async_wait<0>();
     }
     __syncthreads();
-    const bf16* q_staged = staged + 3 * stage * elements;
+    const bf16* q_staged = staged + 2 * stage * elements;
     const bf16* dout_staged = q_staged + elements;
     float* lse_stage = lse_rows + stage * kTile;
-    float* dot_stage = dot_rows + stage * kTile;
-    {  // Row statistics of the query tile, two threads per row.
-      const int r = threadIdx.x / 2;
-      const bf16* a = dout_staged + r * TileLayout<D>::stride;
-      const bf16* b = q_staged + 2 * elements + r * TileLayout<D>::stride;
+    // Row statistics of the query tile, two threads per row: rowsum(dO∘O) (O straight from
+    // global memory: staging it would cost the shared memory of a second block per SM) and
+    // the log-sum-exp in log2 units, +inf past the sequence so that those rows get P = 0.
+    {
+      const int r = threadIdx.x / 2, query = q0 + r;
       float part = 0;
-      for (int c = threadIdx.x % 2; c < D / 2; c += 2) {
-        const float2 x = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(a)[c]);
-        const float2 y = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(b)[c]);
-        part += x.x * y.x + x.y * y.y;
+      if (query < where.length) {
+        const bf16* o_row = out + (where.start + query) * q_stride + h * D;
+        const bf16* dout_row = dout_staged + r * TileLayout<D>::stride;
+        for (int c = threadIdx.x % 2; c < D / 8; c += 2) part += dot8(o_row + c * 8, dout_row + c * 8);
       }
       part += __shfl_xor_sync(kFullMask, part, 1);
       if (threadIdx.x % 2 == 0) {
-        dot_stage[r] = part;
-        lse_stage[r] = q0 + r < where.length ? lse_stage[r] * kLog2e : INFINITY;  // rows past the end: P = 0
+        dot_rows[r] = part;
+        lse_stage[r] = query < where.length ? lse_stage[r] * kLog2e : INFINITY;
       }
     }
     __syncthreads();
 
-    // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries. P is
-    // kept only as BF16 operands (its FP32 copy would cost 32 registers, and the kernel
-    // already holds dK and dV), so dS is formed from the rounded P.
-    unsigned p[kTile / 16][4];
+    // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
+    unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
     {
-      float s[kTile / 8][4] = {};
-      multiply_rows<D>(s, k_tile, warp * 16, q_staged, lane);  // Sᵀ = K·Qᵀ
+      float p[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
+      multiply_rows<D>(p, k_tile, warp * 16, q_staged, lane);      // Sᵀ = K·Qᵀ
+      multiply_rows<D>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
       const bool diagonal = q0 < key0 + kTile - 1;
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -711,25 +708,16 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < 4; ++i) {
           const int column = nt * 8 + 2 * (lane % 4) + i % 2;
           const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + column;
-          s[nt][i] = diagonal && query < key ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -lse_stage[column]));
+          const float prob =
+              diagonal && query < key ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column]));
+          p[nt][i] = prob;
+          ds[nt][i] = prob * (ds[nt][i] - dot_rows[column]) * geo.scale;
         }
-      as_a_operands(p, s);
-    }
-    accumulate_product<D>(dv_acc, p, dout_staged, lane);  // dV += Pᵀ·dO
-    {
-      float ds[kTile / 8][4] = {};
-      multiply_rows<D>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
-#pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int column = nt * 8 + 2 * (lane % 4) + i % 2;
-          ds[nt][i] = a_operand_value(p, nt, i) * (ds[nt][i] - dot_stage[column]) * geo.scale;
-        }
-      unsigned ds_a[kTile / 16][4];
+      as_a_operands(p_a, p);
       as_a_operands(ds_a, ds);
-      accumulate_product<D>(dk_acc, ds_a, q_staged, lane);  // dK += dSᵀ·Q
     }
+    accumulate_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
+    accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
     __syncthreads();
   }
   add_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);

@@ -156,7 +156,8 @@ TEST(ChunkedLogprobsTemperature, IsAppliedAfterTheUpcast) {
   std::vector<int32_t> tokens(T);
   for (int64_t t = 0; t < T; ++t) tokens[t] = static_cast<int32_t>(t * 61 % V);
   std::vector<float> workspace(logprob_workspace_elements(T, V, 3)), logp(T);
-  chunked_logprobs_forward(logits.tensor(), tokens, {.temperature = temperature, .chunk_tokens = 3}, workspace, logp, {});
+  const LogprobSettings settings{.temperature = temperature, .chunk_tokens = 3};
+  chunked_logprobs_forward(logits.tensor(), tokens, settings, workspace, logp, {});
   const std::vector<float> zeros(T, 0);
   const FullFp32 after(logits.upcast, T, V, temperature, tokens, zeros, zeros);
   std::vector<float> divided_in_bf16(T * V);
@@ -242,7 +243,8 @@ TEST(ChunkedLogprobsArguments, RefusesWhatDoesNotFit) {
                std::out_of_range);
   EXPECT_THROW(chunked_logprobs_forward(logits, std::vector<int32_t>{0, 1}, settings, workspace, logp, {}),
                std::invalid_argument);
-  EXPECT_THROW(chunked_logprobs_forward(logits, tokens, {.temperature = 0}, workspace, logp, {}), std::invalid_argument);
+  EXPECT_THROW(chunked_logprobs_forward(logits, tokens, {.temperature = 0}, workspace, logp, {}),
+               std::invalid_argument);
   EXPECT_THROW(chunked_logprobs_forward(logits, tokens, {.chunk_tokens = 0}, workspace, logp, {}),
                std::invalid_argument);
   const Tensor ints = Tensor::view(data.data(), DType::I32, Device::CPU, {T, V});

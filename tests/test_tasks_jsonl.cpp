@@ -33,13 +33,13 @@ std::string load_error(const std::string& text, AnswerMatch match = AnswerMatch:
   return "";
 }
 
-TEST(JsonlTask, ReadsPromptsAndSkipsBlankLines) {
+TEST(JsonlTask, ReadsPromptsAndSkipsBlankLinesWithAnyLineEnd) {
   TempDir dir;
   const JsonlTask task = task_from(dir,
                                    "{\"prompt\": \"What is 2+2?\", \"answer\": \"4\"}\n"
                                    "\n"
                                    "  \n"
-                                   "{\"answer\": 72, \"prompt\": \"How many?\", \"id\": 3}\n"
+                                   "{\"answer\": 72, \"prompt\": \"How many?\", \"id\": 3}\r\n"
                                    "{\"prompt\": \"caf\\u00e9?\", \"answer\": 0.5}");  // no final newline
   ASSERT_EQ(task.size(), 3u);
   std::set<std::pair<std::string, std::string>> seen;
@@ -75,7 +75,8 @@ TEST(JsonlTask, NamesTheLineOfEveryBadRecord) {
   EXPECT_EQ(load_error(good + "\n\n" + "{\"prompt\": \"p\"}\n"), "4: missing key \"answer\"");
   EXPECT_EQ(load_error("{\"answer\": \"a\"}\n"), "1: missing key \"prompt\"");
   EXPECT_EQ(load_error(good + "{\"prompt\": 5, \"answer\": \"a\"}"), "2: \"prompt\" must be a string, got a number");
-  EXPECT_EQ(load_error("{\"prompt\": \"p\", \"answer\": [1]}"), "1: \"answer\" must be a string or a number, got an array");
+  EXPECT_EQ(load_error("{\"prompt\": \"p\", \"answer\": [1]}"),
+            "1: \"answer\" must be a string or a number, got an array");
   EXPECT_EQ(load_error("[\"p\", \"a\"]"), "1: expected a JSON object {\"prompt\": ..., \"answer\": ...}, got an array");
   EXPECT_EQ(load_error(good + "{\"prompt\": \"p\", \"answer\": \"a\"} trailing").substr(0, 18), "2: not valid JSON ");
   EXPECT_EQ(load_error("{\"prompt\": \"p\", \"answer\": \"none\"}", AnswerMatch::LastNumber),
@@ -96,8 +97,9 @@ TEST(JsonlTask, ExactMatch) {
 
 TEST(JsonlTask, LastNumberMatch) {
   TempDir dir;
-  const JsonlTask task = task_from(dir, "{\"prompt\": \"Eggs?\", \"answer\": \"She sells 16-3-4=9 eggs.\\n#### 1,018\"}",
-                                   AnswerMatch::LastNumber);
+  const JsonlTask task =
+      task_from(dir, "{\"prompt\": \"Eggs?\", \"answer\": \"She sells 16-3-4=9 eggs.\\n#### 1,018\"}",
+                AnswerMatch::LastNumber);
   const Prompt p = task.sample(0);
   EXPECT_DOUBLE_EQ(task.reward(p, "16 - 3 = 13, so the total is 1018.0 dollars"), 1.0);
   EXPECT_DOUBLE_EQ(task.reward(p, "The answer is 1,018"), 1.0);

@@ -23,7 +23,8 @@ ArithmeticTask::ArithmeticTask(ArithmeticSettings settings) : settings_(std::mov
     throw std::invalid_argument("arithmetic task: digits must be 1 to 9, got " + std::to_string(settings_.digits));
   const std::string& ops = settings_.operations;
   if (ops.empty() || ops.find_first_not_of("+-*") != std::string::npos)
-    throw std::invalid_argument("arithmetic task: operations must be a non-empty subset of \"+-*\", got \"" + ops + "\"");
+    throw std::invalid_argument("arithmetic task: operations must be a non-empty subset of \"+-*\", got \"" + ops +
+                                "\"");
 }
 
 Prompt ArithmeticTask::sample(uint64_t index) const {

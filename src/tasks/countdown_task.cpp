@@ -140,15 +140,16 @@ RewardBreakdown CountdownTask::judge(const Prompt& prompt, std::string_view comp
     answer = *tagged;
   }
   const ExpressionValue given = evaluate_expression(trim_ascii(answer));
-  if (!given.syntax_error.empty()) return weighted_reward(weights, false, false, "not an expression: " + given.syntax_error);
+  if (!given.syntax_error.empty())
+    return weighted_reward(weights, false, false, "not an expression: " + given.syntax_error);
 
   std::vector<int64_t> available = reference.numbers;
   for (const int64_t number : given.numbers) {
     const auto found = std::find(available.begin(), available.end(), number);
     if (found == available.end()) {
       const bool given_at_all = std::count(reference.numbers.begin(), reference.numbers.end(), number) > 0;
-      return weighted_reward(weights, true, false,
-                             std::to_string(number) + (given_at_all ? " is used more often than given" : " is not given"));
+      const char* why = given_at_all ? " is used more often than given" : " is not given";
+      return weighted_reward(weights, true, false, std::to_string(number) + why);
     }
     available.erase(found);
   }

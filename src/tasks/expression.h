@@ -1,7 +1,7 @@
 // A safe evaluator for the arithmetic a model writes in a Countdown answer: non-negative
-// integer literals, + - * / (also ×, ÷ and the minus sign −), parentheses and spaces, evaluated exactly over
-// the rationals, so "7/2*2" is 7 and no rounding can make a wrong answer right.
-// Nothing else is accepted: no unary minus, no exponent, no decimals, no names.
+// integer literals, + - * / (also ×, ÷ and the minus sign −), parentheses and spaces,
+// evaluated exactly over the rationals, so "7/2*2" is 7 and no rounding can make a wrong
+// answer right. Nothing else is accepted: no unary minus, no exponent, no decimals, no names.
 #pragma once
 #include <cstdint>
 #include <optional>

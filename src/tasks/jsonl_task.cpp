@@ -98,7 +98,8 @@ RewardBreakdown JsonlTask::judge(const Prompt& prompt, std::string_view completi
       const std::string_view reference = last_boxed(prompt.answer).value_or(prompt.answer);
       const std::string given = without_spaces(*boxed), expected = without_spaces(reference);
       const bool right = given == expected || same_number(given, expected);
-      return weighted_reward(weights, true, right, right ? "" : "\\boxed{" + std::string(*boxed) + "} is not " + expected);
+      const std::string note = right ? "" : "\\boxed{" + std::string(*boxed) + "} is not " + expected;
+      return weighted_reward(weights, true, right, note);
     }
   }
   throw std::logic_error("jsonl task: unknown answer match");

@@ -22,8 +22,8 @@ void check_logits(const Tensor& logits, const char* op, const char* name) {
 
 void check_length(size_t length, int64_t expected, const char* op, const char* name) {
   if (static_cast<int64_t>(length) != expected)
-    throw std::invalid_argument(std::string(op) + ": " + name + " has " + std::to_string(length) + " values, expected " +
-                                std::to_string(expected));
+    throw std::invalid_argument(std::string(op) + ": " + name + " has " + std::to_string(length) +
+                                " values, expected " + std::to_string(expected));
 }
 
 // The checks both directions share; returns the chunk length in tokens.

@@ -17,7 +17,8 @@ double gradient_square_sum(std::span<const std::span<float>> slabs) {
 }
 
 double clip_scale(double norm, double max_norm) {
-  if (!(max_norm > 0)) throw std::invalid_argument("gradient clipping: max_norm must be > 0, got " + std::to_string(max_norm));
+  if (!(max_norm > 0))
+    throw std::invalid_argument("gradient clipping: max_norm must be > 0, got " + std::to_string(max_norm));
   if (!std::isfinite(norm) || norm <= max_norm) return 1;
   return max_norm / (norm + 1e-6);
 }

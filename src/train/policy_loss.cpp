@@ -37,15 +37,16 @@ std::vector<double> token_weights(const PolicyLossBatch& batch, LossAggregation 
           !std::is_sorted(cu.begin(), cu.end()))
         throw std::invalid_argument("policy_loss: seq-mean-token-mean needs cu_seqlens rising from 0 to " +
                                     std::to_string(T));
-      int64_t sequences = 0;
+      // Sequences without a masked token take no part in the mean.
+      std::vector<int64_t> counts;
       for (size_t s = 0; s + 1 < cu.size(); ++s)
-        sequences += std::any_of(batch.mask.begin() + cu[s], batch.mask.begin() + cu[s + 1], [](uint8_t m) { return m != 0; });
-      for (size_t s = 0; s + 1 < cu.size(); ++s) {
-        const auto count = std::count_if(batch.mask.begin() + cu[s], batch.mask.begin() + cu[s + 1],
-                                         [](uint8_t m) { return m != 0; });
+        counts.push_back(std::count_if(batch.mask.begin() + cu[s], batch.mask.begin() + cu[s + 1],
+                                       [](uint8_t m) { return m != 0; }));
+      const auto sequences =
+          static_cast<double>(std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }));
+      for (size_t s = 0; s + 1 < cu.size(); ++s)
         for (int32_t t = cu[s]; t < cu[s + 1]; ++t)
-          if (batch.mask[t]) weights[t] = 1.0 / (static_cast<double>(sequences) * static_cast<double>(count));
-      }
+          if (batch.mask[t]) weights[t] = 1.0 / (sequences * static_cast<double>(counts[s]));
       break;
     }
   }

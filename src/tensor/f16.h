@@ -1,40 +1,49 @@
-// IEEE half <-> float on the host: exact widening, round-to-nearest-even narrowing with
-// subnormals, infinities and NaN kept.
+// IEEE binary16 (half) <-> float on the host, round-to-nearest-even as the GPU's
+// __float2half; values past the largest half (65504) become infinity, NaN stays NaN.
 #pragma once
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 namespace tandem {
 
-inline float f16_to_float(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
-  const uint32_t exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ff;
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
-    return sign ? -magnitude : magnitude;
-  }
-  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
-                                       : sign | ((exponent + 112) << 23) | (mantissa << 13);
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
 inline uint16_t float_to_f16(float value) {
   uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  const float magnitude = std::fabs(value);
-  if (std::isnan(value)) return sign | 0x7e00;
-  if (magnitude >= 65520.0f) return sign | 0x7c00;  // rounds past the largest half, 65504
-  if (magnitude < 0x1p-14f)                          // subnormal: a multiple of 2^-24
-    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 0x1p24f));
-  const uint32_t exponent = ((bits >> 23) & 0xff) - 127 + 15, mantissa = bits & 0x7fffff;
-  uint32_t half = (exponent << 10) | (mantissa >> 13);
-  const uint32_t rest = mantissa & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // a carry moves into the exponent, as it should
-  return sign | static_cast<uint16_t>(half);
+  std::memcpy(&bits, &value, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  bits &= 0x7fffffffu;
+  if (bits >= 0x47800000u)  // |value| >= 2^16, infinity or NaN: no rounding can bring it back
+    return static_cast<uint16_t>(sign | (bits > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (bits < 0x38800000u) {  // below 2^-14: a subnormal half or zero
+    // Adding 0.5 puts the half's subnormal step (2^-24) at the float's last mantissa bit,
+    // so the FPU's own round-to-nearest-even does the rounding.
+    float magnitude;
+    std::memcpy(&magnitude, &bits, 4);
+    magnitude += 0.5f;
+    std::memcpy(&bits, &magnitude, 4);
+    return static_cast<uint16_t>(sign | (bits - 0x3f000000u));
+  }
+  const uint32_t odd = (bits >> 13) & 1u;
+  bits += 0xc8000fffu + odd;  // rebias the exponent (127 -> 15) and round half to even
+  return static_cast<uint16_t>(sign | (bits >> 13));  // a carry past 65504 lands on 0x7c00
+}
+
+inline float f16_to_float(uint16_t value) {
+  const uint32_t sign = static_cast<uint32_t>(value & 0x8000u) << 16;
+  const uint32_t exponent = (value >> 10) & 0x1fu;
+  const uint32_t mantissa = value & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else {
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // subnormal or zero: exact
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+  }
+  float result;
+  std::memcpy(&result, &bits, 4);
+  return result;
 }
 
 }  // namespace tandem

@@ -1,0 +1,96 @@
+// CudaOps: the op interface over the kernel families in this folder.
+#include "model/cuda_ops.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "attention.cuh"
+#include "elementwise.cuh"
+#include "embedding.cuh"
+#include "matmul.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "swiglu.cuh"
+
+namespace tandem {
+
+namespace {
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CudaOps: ") + what + ": " + cudaGetErrorString(status));
+}
+}  // namespace
+
+CudaOps::CudaOps(cudaStream_t stream) : stream_(stream) {
+  if (!stream_) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    owns_stream_ = true;
+  }
+  matmul_ = std::make_unique<cuda::MatmulContext>(cuda::make_matmul_context(stream_));
+}
+
+CudaOps::~CudaOps() {
+  cudaStreamSynchronize(stream_);
+  cuda::destroy_matmul_context(*matmul_);
+  if (owns_stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaOps::synchronize() const {
+  check_cuda(cudaStreamSynchronize(stream_), "kernel failure (cudaStreamSynchronize)");
+}
+
+void CudaOps::copy_from_host(const Tensor& dst, const void* src) {
+  if (!dst.data || dst.device != Device::CUDA || !dst.is_contiguous())
+    throw std::invalid_argument("CudaOps::copy_from_host: destination " + dst.describe());
+  // The host buffer may be a temporary of the caller: the copy completes before returning.
+  check_cuda(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
+  synchronize();
+}
+
+void CudaOps::zero(const Tensor& dst) { cuda::zero(dst, stream_); }
+void CudaOps::copy(const Tensor& dst, const Tensor& src) { cuda::copy(dst, src, stream_); }
+
+void CudaOps::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  cuda::embedding_forward(out, table, ids, stream_);
+}
+void CudaOps::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  cuda::embedding_backward(dtable, dout, ids, stream_);
+}
+void CudaOps::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps) {
+  cuda::rmsnorm_forward(out, rstd, x, weight, eps, stream_);
+}
+void CudaOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                               const Tensor& weight, const Tensor& rstd) {
+  cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, stream_);
+}
+void CudaOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  cuda::matmul_forward(*matmul_, out, x, weight, bias);
+}
+void CudaOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                              const Tensor& x, const Tensor& weight) {
+  cuda::matmul_backward(*matmul_, dx, dweight, dbias, dout, x, weight);
+}
+void CudaOps::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) {
+  cuda::rope_forward(x, positions, inv_freq, heads, stream_);
+}
+void CudaOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) {
+  cuda::rope_backward(dx, positions, inv_freq, heads, stream_);
+}
+void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {
+  cuda::attention_forward(out, lse, q, k, v, cu_seqlens, heads, kv_heads, stream_);
+}
+void CudaOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                 const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {
+  cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, heads, kv_heads, stream_);
+}
+void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  cuda::swiglu_forward(out, gate, up, stream_);
+}
+void CudaOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                              const Tensor& up) {
+  cuda::swiglu_backward(dgate, dup, dout, gate, up, stream_);
+}
+void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::add(out, a, b, stream_); }
+
+}  // namespace tandem

@@ -1,0 +1,156 @@
+#include "train/policy_trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+
+#include "train/chunked_logprobs.h"
+#include "train/gradient_clipping.h"
+
+namespace tandem {
+
+namespace {
+size_t aligned_activation_bytes(const ModelConfig& config, ActivationCapacity capacity) {
+  return Activations::slab_bytes(config, capacity, DType::F32) + 256;
+}
+void* align256(std::vector<std::byte>& storage) {
+  auto address = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + ((256 - address % 256) % 256);
+}
+}  // namespace
+
+PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads,
+                             float* exp_avg, float* exp_avg_sq, ActivationCapacity capacity,
+                             Communicator& communicator, int world_size)
+    : config_(config),
+      layout_(layout),
+      master_(master),
+      grads_(grads),
+      exp_avg_(exp_avg),
+      exp_avg_sq_(exp_avg_sq),
+      params_(ParameterSet::bind(layout, master, DType::F32)),
+      grad_params_(ParameterSet::bind(layout, grads, DType::F32)),
+      capacity_(capacity),
+      activation_storage_(aligned_activation_bytes(config, capacity)),
+      acts_(Activations::bind(config, capacity, align256(activation_storage_), DType::F32)),
+      transformer_(config_, ops_),
+      communicator_(communicator),
+      world_size_(world_size) {}
+
+PolicyTrainer::Packed PolicyTrainer::pack(const std::vector<TrainSequence>& batch) const {
+  Packed packed;
+  packed.cu_seqlens.push_back(0);
+  for (const TrainSequence& sequence : batch) {
+    if (sequence.prompt.empty() || sequence.completion.empty())
+      throw std::invalid_argument("PolicyTrainer: a sequence needs a prompt and a completion");
+    const int64_t start = static_cast<int64_t>(packed.ids.size());
+    packed.ids.insert(packed.ids.end(), sequence.prompt.begin(), sequence.prompt.end());
+    packed.ids.insert(packed.ids.end(), sequence.completion.begin(), sequence.completion.end());
+    const int64_t end = static_cast<int64_t>(packed.ids.size());
+    packed.cu_seqlens.push_back(static_cast<int32_t>(end));
+    packed.targets.resize(end, -1);
+    packed.mask.resize(end, 0);
+    packed.old_logp.resize(end, 0);
+    packed.advantages.resize(end, 0);
+    // Position p predicts token p + 1: the completion's tokens are predicted from the
+    // last prompt token onwards.
+    const int64_t first = start + static_cast<int64_t>(sequence.prompt.size()) - 1;
+    for (size_t j = 0; j < sequence.completion.size(); ++j) {
+      packed.targets[first + j] = sequence.completion[j];
+      packed.mask[first + j] = 1;
+      packed.old_logp[first + j] = j < sequence.old_logprobs.size() ? sequence.old_logprobs[j] : 0.0f;
+      packed.advantages[first + j] = sequence.advantage;
+    }
+  }
+  if (static_cast<int64_t>(packed.ids.size()) > capacity_.max_tokens ||
+      static_cast<int64_t>(batch.size()) > capacity_.max_sequences)
+    throw std::invalid_argument("PolicyTrainer: a batch of " + std::to_string(packed.ids.size()) + " tokens in " +
+                                std::to_string(batch.size()) + " sequences exceeds the trainer's capacity (" +
+                                std::to_string(capacity_.max_tokens) + " tokens, " +
+                                std::to_string(capacity_.max_sequences) + " sequences)");
+  return packed;
+}
+
+Tensor PolicyTrainer::forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings) {
+  const Tensor logits = transformer_.forward(params_, acts_, packed.ids, packed.cu_seqlens);
+  const int64_t T = logits.shape[0];
+  workspace_.resize(logprob_workspace_elements(T, config_.vocab, settings.logprob_chunk));
+  logp.assign(T, 0.0f);
+  chunked_logprobs_forward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
+                           workspace_, logp, {});
+  return logits;
+}
+
+TrainStepResult PolicyTrainer::backward_and_update(const Packed& packed, const Tensor& logits,
+                                                   const std::vector<float>& dlogp, double lr, int64_t step,
+                                                   const PolicyTrainerSettings& settings) {
+  chunked_logprobs_backward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
+                            workspace_, dlogp, {}, logits);
+  const size_t n = static_cast<size_t>(layout_.slab_elements());
+  std::memset(grads_, 0, n * sizeof(float));
+  transformer_.backward(params_, grad_params_, acts_, logits);
+  // Each rank's loss is a mean over its own tokens: the step's gradient is their average.
+  communicator_.all_reduce_sum(grads_, n);
+  communicator_.synchronize();
+  if (world_size_ > 1) {
+    const float scale = 1.0f / static_cast<float>(world_size_);
+    for (size_t i = 0; i < n; ++i) grads_[i] *= scale;
+  }
+  TrainStepResult result;
+  const std::span<float> slabs[] = {std::span<float>(grads_, n)};
+  result.grad_norm = settings.max_grad_norm > 0 ? clip_gradient_norm(slabs, settings.max_grad_norm)
+                                                : std::sqrt(gradient_square_sum(slabs));
+  if (!std::isfinite(result.grad_norm)) return result;  // skip the update, keep the weights
+  AdamWSettings adamw = settings.adamw;
+  adamw.lr = lr;
+  for (const ParameterInfo& info : layout_.tensors()) {
+    const size_t offset = static_cast<size_t>(info.offset);
+    adamw_step_cpu(master_ + offset, grads_ + offset, exp_avg_ + offset, exp_avg_sq_ + offset,
+                   static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2));
+  }
+  return result;
+}
+
+TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss,
+                                         double lr, int64_t step, const PolicyTrainerSettings& settings) {
+  const Packed packed = pack(batch);
+  std::vector<float> logp;
+  const Tensor logits = forward(packed, logp, settings);
+  PolicyLossBatch inputs;
+  inputs.logp = logp;
+  inputs.old_logp = packed.old_logp;
+  inputs.advantages = packed.advantages;
+  inputs.mask = packed.mask;
+  inputs.cu_seqlens = packed.cu_seqlens;
+  const PolicyLoss policy = policy_loss(inputs, loss);
+  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, lr, step, settings);
+  result.loss = policy.loss;
+  result.metrics = policy.metrics;
+  result.tokens = policy.metrics.tokens;
+  double sum = 0;
+  for (size_t t = 0; t < logp.size(); ++t) sum += packed.mask[t] ? logp[t] : 0.0;
+  result.mean_logp = result.tokens ? sum / static_cast<double>(result.tokens) : 0.0;
+  return result;
+}
+
+TrainStepResult PolicyTrainer::sft_step(const std::vector<TrainSequence>& batch, double lr, int64_t step,
+                                        const PolicyTrainerSettings& settings) {
+  const Packed packed = pack(batch);
+  std::vector<float> logp;
+  const Tensor logits = forward(packed, logp, settings);
+  int64_t tokens = 0;
+  double sum = 0;
+  for (size_t t = 0; t < logp.size(); ++t)
+    if (packed.mask[t]) ++tokens, sum += logp[t];
+  std::vector<float> dlogp(logp.size(), 0.0f);
+  for (size_t t = 0; t < logp.size(); ++t)
+    if (packed.mask[t]) dlogp[t] = -1.0f / static_cast<float>(tokens);
+  TrainStepResult result = backward_and_update(packed, logits, dlogp, lr, step, settings);
+  result.tokens = tokens;
+  result.mean_logp = tokens ? sum / static_cast<double>(tokens) : 0.0;
+  result.loss = -result.mean_logp;
+  return result;
+}
+
+}  // namespace tandem

@@ -110,3 +110,25 @@ TEST(Cli, TwoRanksRunUnderMpirun) {
   EXPECT_EQ(checkpoint.rng_states().size(), 2u);
   EXPECT_NE(checkpoint.rng_states()[0], checkpoint.rng_states()[1]);
 }
+
+// The embedded default's recipe, shortened: the supervised warm-up teaches the format,
+// then GRPO alone must raise the reward well above where the warm-up left it.
+TEST(Cli, GrpoPhaseRaisesTheReward) {
+  TempDir dir;
+  const auto result = run_command(tandem_cmd("--world.device=cpu --run.output-dir=" + dir.path().string() +
+                                             " --run.name=learn --run.steps=260 --sft.steps=60 --run.checkpoint-every=0"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const RunFile run = RunFile::open(dir.path() / "learn" / kRunFileName);
+  const std::vector<double> reward = run.metric("reward_mean"), sft = run.metric("phase_sft");
+  ASSERT_EQ(reward.size(), 260u);
+  EXPECT_EQ(sft[59], 1.0);
+  EXPECT_EQ(sft[60], 0.0);
+  auto mean = [&](size_t from, size_t to) {
+    double sum = 0;
+    for (size_t i = from; i < to; ++i) sum += reward[i];
+    return sum / static_cast<double>(to - from);
+  };
+  const double start = mean(0, 5), after_sft = mean(50, 60), end = mean(240, 260);
+  EXPECT_LT(start, 0.1);
+  EXPECT_GT(end, after_sft + 0.08) << "warm-up left " << after_sft << ", GRPO reached " << end;
+}

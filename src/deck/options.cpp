@@ -28,6 +28,25 @@ const std::vector<OptionSpec>& tandem_options() {
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
 
+      {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic"}},
+      {"task.digits", Int, "1", "", "digits of each arithmetic operand", between(1, 9)},
+      {"task.operations", String, "+", "", "arithmetic operations to draw from, a subset of +-*"},
+      {"task.prompts-per-step", Int, "16", "prompts", "prompts each rank samples per step", at_least(1)},
+
+      {"grpo.group-size", Int, "8", "samples", "completions sampled per prompt (G)", at_least(1)},
+      {"grpo.max-new-tokens", Int, "4", "tokens", "longest completion", at_least(1)},
+      {"grpo.temperature", Double, "1.0", "", "sampling temperature; log-probs are taken at the same temperature", above(0)},
+      {"grpo.lr", Double, "2e-3", "", "peak learning rate of the RL phase", above(0)},
+      {"grpo.warmup-steps", Int, "2", "steps", "linear learning-rate warm-up of the RL phase", at_least(0)},
+      {"grpo.eps-low", Double, "0.2", "", "lower clip of the importance ratio: 1 - eps-low", at_least(0)},
+      {"grpo.eps-high", Double, "0.28", "", "upper clip of the importance ratio: 1 + eps-high", at_least(0)},
+      {"grpo.loss-aggregation", Choice, "token-mean", "", "how token losses are averaged", {}, {"token-mean", "seq-mean-token-mean", "global-token-sum"}},
+      {"grpo.std-normalisation", Bool, "true", "", "divide advantages by the group's reward std (false: Dr. GRPO)"},
+      {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
+
+      {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
+      {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},
+
       {"model.path", Path, "", "", "Hugging Face model folder; empty = tandem creates a tiny random model from the sizes below"},
       {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},
       {"model.hidden", Int, "64", "", "hidden size", at_least(1)},

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "driver/colocated_memory.h"
+#include "driver/grpo_step.h"
 #include "driver/handoff_plan.h"
 #include "driver/model_from_deck.h"
 #include "io/checkpoint.h"
@@ -119,7 +120,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
   auto pool = MemoryPool::create(world->device(), std::max(world->gpu(), 0), pool_options);
-  ColocatedMemory memory(*pool, layout, working_dtype, deck.get<Bytes>("rollout.kv-cache").value);
+  if (world->device() != Device::CPU)
+    throw std::runtime_error("the GRPO step loop runs on the CPU backend in this version: set world.device = cpu "
+                             "(the CUDA model path is measured by bench_train; the CUDA engine comes next)");
+  // The engine allocates its own KV cache from the pool (tag kv_cache).
+  ColocatedMemory memory(*pool, layout, working_dtype, 0);
   HandoffExecutor handoff(*pool, handoff_config_from_deck(deck), [&] { memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
 
@@ -172,6 +177,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     }
   }
 
+  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size());
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
@@ -188,20 +194,25 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     set_log_step(step);
     MetricValues metrics;
     pool->reset_peaks();
+    RolloutSummary rollout;
+    double rollout_seconds = 0, train_seconds = 0;
+    {
+      ScopedPhase phase(timers, "rollout");
+      const auto start = std::chrono::steady_clock::now();
+      rollout = grpo.rollout(step);
+      rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     HandoffReport to_train, to_rollout;
     {
       ScopedPhase phase(timers, "handoff");
       to_train = handoff.run(HandoffPoint::AfterGenerate);
     }
-    double allreduce_seconds = 0;
+    TrainStepResult trained;
     {
-      // The data-parallel gradient exchange of the train phase: a sum over ranks.
-      ScopedPhase phase(timers, "grad_allreduce");
+      ScopedPhase phase(timers, "train");
       const auto start = std::chrono::steady_clock::now();
-      const Tensor grads = memory.grads();
-      world->communicator().all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
-      world->communicator().synchronize();
-      allreduce_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      trained = grpo.train(step, rollout);
+      train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     data_cursor += world->size();
     if (checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) {
@@ -229,27 +240,40 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       to_rollout = handoff.run(HandoffPoint::BeforeSync);
     }
     const MemoryStats stats = pool->stats();
-    const double grad_bytes = static_cast<double>(memory.grads().nbytes());
-    const double bus_gbps = world->size() > 1 && allreduce_seconds > 0
-                                ? 2.0 * (world->size() - 1) / world->size() * grad_bytes / allreduce_seconds / 1e9
-                                : 0.0;
     const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;
+    const bool sft = grpo.is_sft(step);
+    metrics.push_back({"phase_sft", sft ? 1.0 : 0.0});
+    metrics.push_back({"reward_mean", rollout.reward_mean});
+    metrics.push_back({"reward_std", rollout.reward_std});
+    metrics.push_back({"accuracy", rollout.accuracy});
+    metrics.push_back({"format_rate", rollout.format_rate});
+    metrics.push_back({"response_length", rollout.response_length});
+    metrics.push_back({"loss", trained.loss});
+    metrics.push_back({"grad_norm", trained.grad_norm});
+    metrics.push_back({"clip_fraction_low", trained.metrics.clip_fraction_low});
+    metrics.push_back({"clip_fraction_high", trained.metrics.clip_fraction_high});
+    metrics.push_back({"ratio_mean", trained.metrics.ratio_mean});
+    metrics.push_back({"ratio_max", trained.metrics.ratio_max});
+    metrics.push_back({"rollout_tokens_per_s", rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0});
+    metrics.push_back({"train_tokens_per_s", train_seconds > 0 ? trained.tokens / train_seconds : 0.0});
     metrics.push_back({"handoff/bytes", moved});
     metrics.push_back({"handoff/seconds", handoff_seconds});
     metrics.push_back({"handoff/after_generate_device_peak", static_cast<double>(to_train.device_peak)});
     metrics.push_back({"handoff/after_generate_host_peak", static_cast<double>(to_train.host_peak)});
     metrics.push_back({"handoff/before_sync_device_peak", static_cast<double>(to_rollout.device_peak)});
     metrics.push_back({"handoff/before_sync_host_peak", static_cast<double>(to_rollout.host_peak)});
-    metrics.push_back({"allreduce/bus_gbps", bus_gbps});
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     add_memory_metrics(metrics, stats);
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) run_file->append_metrics(step, metrics);
-    TLOG(info) << "step " << step << "/" << steps << " | handoff " << format_bytes(moved) << " in "
-               << format_fixed(handoff_seconds * 1e3, 1) << " ms (" << format_fixed(handoff_seconds > 0 ? moved / handoff_seconds / 1e9 : 0, 1)
-               << " GB/s) | grad all-reduce " << format_bytes(grad_bytes) << " " << format_fixed(allreduce_seconds * 1e3, 2)
-               << " ms | peak device " << format_bytes(stats.device_peak) << " host " << format_bytes(stats.host_peak);
+    TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
+               << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
+               << " | loss " << format_fixed(trained.loss, 4) << " grad " << format_fixed(trained.grad_norm, 3)
+               << " clip " << format_fixed(trained.metrics.clip_fraction_low + trained.metrics.clip_fraction_high, 3)
+               << " | " << format_fixed(rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0, 0)
+               << " rollout tok/s | handoff " << format_bytes(moved) << " | peak device " << format_bytes(stats.device_peak)
+               << " host " << format_bytes(stats.host_peak) << " | e.g. " << rollout.example;
   }
   set_log_step(-1);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();

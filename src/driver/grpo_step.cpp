@@ -1,0 +1,145 @@
+#include "driver/grpo_step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "driver/colocated_memory.h"
+#include "tasks/arithmetic_task.h"
+
+namespace tandem {
+
+namespace {
+
+std::unique_ptr<Task> make_task(const Deck& deck) {
+  ArithmeticSettings settings;
+  settings.seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+  settings.digits = static_cast<int>(deck.get<int64_t>("task.digits"));
+  settings.operations = deck.get<std::string>("task.operations");
+  settings.style = PromptStyle::Compact;
+  return std::make_unique<ArithmeticTask>(settings);
+}
+
+int64_t longest_prompt(const Task& task, const CharTokenizer& tokenizer) {
+  size_t longest = 0;
+  for (uint64_t i = 0; i < 64; ++i) longest = std::max(longest, tokenizer.encode(task.sample(i).text).size());
+  return static_cast<int64_t>(longest) + 8;  // BOS, and room for longer draws
+}
+
+}  // namespace
+
+GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
+                   MemoryPool& pool, Communicator& communicator, int rank, int world_size)
+    : task_(make_task(deck)),
+      tokenizer_(std::make_unique<CharTokenizer>(task_->alphabet())),
+      prompts_per_step_(deck.get<int64_t>("task.prompts-per-step")),
+      group_size_(deck.get<int64_t>("grpo.group-size")),
+      sft_steps_(deck.get<int64_t>("sft.steps")),
+      rl_steps_(std::max<int64_t>(1, deck.get<int64_t>("run.steps") - deck.get<int64_t>("sft.steps"))),
+      rank_(rank),
+      world_size_(world_size),
+      seed_(static_cast<uint64_t>(deck.get<int64_t>("run.seed"))),
+      sft_lr_(deck.get<double>("sft.lr")),
+      rl_schedule_(deck.get<double>("grpo.lr"), deck.get<double>("grpo.lr") * 0.1,
+                   std::min(deck.get<int64_t>("grpo.warmup-steps"), rl_steps_), rl_steps_) {
+  if (tokenizer_->vocab_size() > model.vocab)
+    throw std::invalid_argument("model.vocab = " + std::to_string(model.vocab) + " is smaller than the task's " +
+                                std::to_string(tokenizer_->vocab_size()) + " tokens");
+  bos_ = tokenizer_->id_of("<bos>");
+  eos_ = tokenizer_->id_of("<eos>");
+  sampling_.temperature = static_cast<float>(deck.get<double>("grpo.temperature"));
+  sampling_.max_new_tokens = static_cast<int>(deck.get<int64_t>("grpo.max-new-tokens"));
+  sampling_.stop_token_ids = {eos_};
+  advantages_.scale_by_std = deck.get<bool>("grpo.std-normalisation");
+  loss_.eps_low = deck.get<double>("grpo.eps-low");
+  loss_.eps_high = deck.get<double>("grpo.eps-high");
+  loss_.aggregation = loss_aggregation_from_name(deck.get<std::string>("grpo.loss-aggregation"));
+  trainer_settings_.temperature = sampling_.temperature;
+  trainer_settings_.max_grad_norm = deck.get<double>("grpo.max-grad-norm");
+  trainer_settings_.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.0};
+
+  const int64_t sequence_tokens = longest_prompt(*task_, *tokenizer_) + sampling_.max_new_tokens;
+  const int64_t sequences = prompts_per_step_ * group_size_;
+  EngineOptions options;
+  options.kv_cache_bytes = deck.get<Bytes>("rollout.kv-cache").value;
+  options.max_running = static_cast<int>(sequences);
+  options.max_sequence_length = sequence_tokens;
+  options.dtype = DType::F32;
+  const Tensor engine_weights = memory.engine_weights();
+  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, DType::F32), engine_ops_,
+                                     attention_, pool, options, tokenizer_.get());
+  trainer_ = std::make_unique<PolicyTrainer>(
+      model, layout, memory.master().ptr<float>(), memory.grads().ptr<float>(), memory.exp_avg().ptr<float>(),
+      memory.exp_avg_sq().ptr<float>(), ActivationCapacity{sequences * sequence_tokens, sequences}, communicator,
+      world_size);
+}
+
+GrpoStep::~GrpoStep() = default;
+
+RolloutSummary GrpoStep::rollout(int64_t step) {
+  RolloutSummary summary;
+  std::vector<Prompt> prompts;
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < prompts_per_step_; ++i) {
+    const uint64_t index = static_cast<uint64_t>(((step - 1) * world_size_ + rank_) * prompts_per_step_ + i);
+    prompts.push_back(task_->sample(index));
+    std::vector<int32_t> prompt = {bos_};
+    const auto text = tokenizer_->encode(prompts.back().text);
+    prompt.insert(prompt.end(), text.begin(), text.end());
+    for (int64_t g = 0; g < group_size_; ++g) {
+      GenerationRequest request;
+      request.id = static_cast<uint64_t>(i * group_size_ + g);
+      request.prompt = prompt;
+      request.sampling = sampling_;
+      request.sampling.seed = seed_ * 1000003u + static_cast<uint64_t>(step) * 7919u + static_cast<uint64_t>(rank_);
+      requests.push_back(std::move(request));
+    }
+    TrainSequence reference;
+    reference.prompt = prompt;
+    reference.completion = tokenizer_->encode(prompts.back().answer);
+    reference.completion.push_back(eos_);
+    summary.references.push_back(std::move(reference));
+  }
+  const std::vector<Completion> completions = engine_->generate(requests);
+  std::vector<double> rewards;
+  for (size_t r = 0; r < completions.size(); ++r) {
+    const Completion& completion = completions[r];
+    const Prompt& prompt = prompts[r / group_size_];
+    std::vector<int32_t> answer = completion.tokens;
+    if (!answer.empty() && answer.back() == eos_) answer.pop_back();
+    // The model's vocabulary may be larger than the task's: such a token is a malformed answer.
+    const bool in_vocab = std::all_of(answer.begin(), answer.end(), [&](int32_t id) { return id < tokenizer_->vocab_size(); });
+    const std::string text = in_vocab ? tokenizer_->decode(answer) : std::string("<unknown token>");
+    const RewardBreakdown judged = task_->judge(prompt, text);
+    rewards.push_back(judged.total);
+    summary.accuracy += judged.correct;
+    summary.format_rate += judged.format;
+    summary.response_length += static_cast<double>(completion.tokens.size());
+    summary.generated_tokens += static_cast<int64_t>(completion.tokens.size());
+    if (r == 0) summary.example = prompt.text + text + (judged.correct ? "  (right)" : "  (wrong)");
+    TrainSequence sequence;
+    sequence.prompt = requests[r].prompt;
+    sequence.completion = completion.tokens;
+    sequence.old_logprobs = completion.logprobs;
+    summary.sequences.push_back(std::move(sequence));
+  }
+  const std::vector<float> advantages = group_advantages(rewards, group_size_, advantages_);
+  for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
+  const double n = static_cast<double>(completions.size());
+  for (double reward : rewards) summary.reward_mean += reward / n;
+  summary.reward_std = reward_std(rewards);
+  summary.accuracy /= n;
+  summary.format_rate /= n;
+  summary.response_length /= n;
+  return summary;
+}
+
+TrainStepResult GrpoStep::train(int64_t step, const RolloutSummary& rollout) {
+  if (is_sft(step)) return trainer_->sft_step(rollout.references, sft_lr_, step, trainer_settings_);
+  // Sequences without a completion token (empty generations) carry nothing to learn from.
+  std::vector<TrainSequence> batch;
+  for (const TrainSequence& sequence : rollout.sequences)
+    if (!sequence.completion.empty()) batch.push_back(sequence);
+  return trainer_->grpo_step(batch, loss_, rl_schedule_.at(step - sft_steps_), step, trainer_settings_);
+}
+
+}  // namespace tandem

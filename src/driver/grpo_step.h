@@ -1,0 +1,64 @@
+// The work of one RL step on one rank between the handoffs: rollout of G completions per
+// prompt with the engine, rewards from the task, group advantages; then the trainer's
+// update (the supervised warm-up while the [sft] steps last, GRPO after). The step loop
+// in run_job wraps it with the handoffs, checkpoints and metrics.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deck/deck.h"
+#include "rollout/cpu_paged_attention.h"
+#include "rollout/engine.h"
+#include "tasks/char_tokenizer.h"
+#include "tasks/task.h"
+#include "train/advantages.h"
+#include "train/lr_schedule.h"
+#include "train/policy_trainer.h"
+
+namespace tandem {
+
+class ColocatedMemory;
+
+struct RolloutSummary {
+  std::vector<TrainSequence> sequences;   // prompt, completion, rollout log-probs, advantage
+  std::vector<TrainSequence> references;  // each prompt with the task's own answer (for SFT)
+  double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
+  int64_t generated_tokens = 0;
+  std::string example;  // one prompt and its first completion, for the log
+};
+
+class GrpoStep {
+ public:
+  GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
+           MemoryPool& pool, Communicator& communicator, int rank, int world_size);
+  ~GrpoStep();
+
+  // The task's prompts for this step (the same on every run: indices follow the step and
+  // the rank), G sampled completions each, their rewards and advantages.
+  RolloutSummary rollout(int64_t step);
+  TrainStepResult train(int64_t step, const RolloutSummary& rollout);
+  bool is_sft(int64_t step) const { return step <= sft_steps_; }
+  int32_t vocab_needed() const { return tokenizer_->vocab_size(); }
+
+ private:
+  std::unique_ptr<Task> task_;
+  std::unique_ptr<CharTokenizer> tokenizer_;
+  int32_t bos_ = 0, eos_ = 0;
+  int64_t prompts_per_step_, group_size_, sft_steps_, rl_steps_;
+  int rank_, world_size_;
+  uint64_t seed_;
+  SamplingParams sampling_;
+  AdvantageSettings advantages_;
+  PolicyLossSettings loss_;
+  PolicyTrainerSettings trainer_settings_;
+  double sft_lr_;
+  LrSchedule rl_schedule_;
+  CpuOps engine_ops_;
+  CpuPagedAttention attention_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<PolicyTrainer> trainer_;
+};
+
+}  // namespace tandem

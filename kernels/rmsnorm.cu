@@ -15,44 +15,11 @@ constexpr int kThreads = 256;
 // to fill the GPU, few enough that the partials stay small next to the activations.
 constexpr int64_t kMaxPartials = 512;
 
-// Each row is handled by a group of G lanes of one warp, each lane taking packs of N
-// elements G·N apart; the group leaves or stays as a whole, so its sums never wait on
-// an exited lane.
-template <class T, int N, int G>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns,
-                                       float eps) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
-  const int lane = threadIdx.x % G;
-  if (row >= rows) return;
-  const T* xr = x + row * columns;
-  float sum = 0;
-#pragma unroll 4
-  for (int c = lane * N; c < columns; c += G * N) {
-    float v[N];
-    load<N>(xr + c, v);
-#pragma unroll
-    for (int k = 0; k < N; ++k) sum += v[k] * v[k];
-  }
-  sum = group_sum<G>(sum, group_mask<G>());
-  const float r = 1.0f / sqrtf(sum / static_cast<float>(columns) + eps);
-  if (lane == 0) rstd[row] = r;
-  T* yr = out + row * columns;
-#pragma unroll 4
-  for (int c = lane * N; c < columns; c += G * N) {
-    float v[N], w[N];
-    load<N>(xr + c, v);
-    load<N>(weight + c, w);
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = w[k] * (v[k] * r);
-    store<N>(yr + c, v);
-  }
-}
-
-// The backward pass gives each row to a team of S lanes (a power of two; part of a warp, or
-// whole warps for wide rows) and holds the row in registers: lane i of a team owns packs
-// i, i + S, ... (at most L of them) of every row the team takes. So each input is read
-// once, the weight is loaded once per thread, and the lane's share of the weight gradient
-// stays in registers across all its rows.
+// Both passes give each row to a team of S lanes (a power of two; part of a warp, or whole
+// warps for wide rows) that holds the row in registers: lane i of a team owns packs i,
+// i + S, ... (at most L of them, 16 elements) of every row the team takes. So each input
+// is read once, and in the backward pass the weight is loaded once per thread and the
+// lane's share of the weight gradient stays in registers across all its rows.
 template <int N>
 inline constexpr int kPacksPerLane = 16 / N;
 template <int S>
@@ -75,6 +42,44 @@ __device__ inline float team_sum(float v, float* warp_sums) {
 #pragma unroll
     for (int w = 0; w < S / 32; ++w) sum += warp_sums[first + w];
     return sum;
+  }
+}
+
+// One row per team: the team reads its row once into registers, sums its squares, and
+// writes the normalised row from those registers.
+template <class T, int N, int S>
+__global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
+    rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns, float eps) {
+  constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
+  using P = Pack<T, N>;
+  __shared__ float warp_sums[teams * S / 32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * teams + threadIdx.x / S;
+  const int lane = threadIdx.x % S;
+  const int packs = columns / N;
+  const bool valid = row < rows;
+  const P* xr = reinterpret_cast<const P*>(x + row * columns);
+  P v[L];
+  float sum = 0;
+#pragma unroll
+  for (int j = 0; j < L; ++j) {
+    if (!valid || lane + j * S >= packs) continue;
+    v[j] = xr[lane + j * S];
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum += to_float(v[j].v[k]) * to_float(v[j].v[k]);
+  }
+  sum = team_sum<S>(sum, warp_sums);
+  if (!valid) return;  // after the team's last shared sum
+  const float r = 1.0f / sqrtf(sum / static_cast<float>(columns) + eps);
+  if (lane == 0) rstd[row] = r;
+  P* yr = reinterpret_cast<P*>(out + row * columns);
+#pragma unroll
+  for (int j = 0; j < L; ++j) {
+    if (lane + j * S >= packs) continue;
+    const P w = reinterpret_cast<const P*>(weight)[lane + j * S];
+    P y;
+#pragma unroll
+    for (int k = 0; k < N; ++k) y.v[k] = from_float<T>(to_float(w.v[k]) * (to_float(v[j].v[k]) * r));
+    yr[lane + j * S] = y;
   }
 }
 
@@ -184,18 +189,10 @@ void with_team_size(int64_t lanes, F&& f) {
   f(std::integral_constant<int, S>{});
 }
 
-// Calls f(integral_constant<int, G>) with the group size for rows of `packs` packs: the
-// smallest power of two from 4 to 32 that covers the row in one pass where it can.
-template <class F>
-void with_group_size(int64_t packs, F&& f) {
-  if (packs > 16)
-    f(std::integral_constant<int, 32>{});
-  else if (packs > 8)
-    f(std::integral_constant<int, 16>{});
-  else if (packs > 4)
-    f(std::integral_constant<int, 8>{});
-  else
-    f(std::integral_constant<int, 4>{});
+void check_row_width(int64_t columns, const char* op) {
+  if (columns > kRmsnormMaxColumns)
+    throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(columns) + " exceed the " +
+                                std::to_string(kRmsnormMaxColumns) + " supported");
 }
 
 }  // namespace
@@ -208,15 +205,16 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, con
   check_op_arg(out, op, "out", Device::CUDA, {x.dtype}, {N, D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
+  check_row_width(D, op);
   if (N == 0 || D == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
     auto launch = [&](auto pack) {
       constexpr int P = decltype(pack)::value;
-      with_group_size(D / P, [&](auto group) {
-        constexpr int G = decltype(group)::value;
-        const int64_t blocks = (N * G + kThreads - 1) / kThreads;
-        rmsnorm_forward_kernel<E, P, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      constexpr int L = kPacksPerLane<P>;
+      with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
+        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
+        rmsnorm_forward_kernel<E, P, S><<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
             out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D), eps);
       });
     };
@@ -238,9 +236,7 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
   check_op_arg(dout, op, "dout", Device::CUDA, {x.dtype}, {N, D});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
-  if (D > kRmsnormMaxColumns)
-    throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(D) + " exceed the " +
-                                std::to_string(kRmsnormMaxColumns) + " the backward pass supports");
+  check_row_width(D, op);
   if (N == 0 || D == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);

@@ -12,7 +12,7 @@
 
 namespace tandem::cuda {
 
-// The backward pass takes rows of up to this many elements: a row is held in the registers
+// Both passes take rows of up to this many elements: a row is held in the registers
 // of at most one block (1024 threads, 16 elements each).
 inline constexpr int64_t kRmsnormMaxColumns = 12288;
 

@@ -42,10 +42,15 @@ __global__ void embedding_sort_inputs_kernel(uint32_t* keys, int32_t* tokens, co
   tokens[t] = static_cast<int32_t>(t);
 }
 
-// Where the run of `key` that starts at sorted position `first` ends: keys are sorted, so
-// a binary search over them finds the first larger key.
+// Where the run of `key` that starts at sorted position `first` ends; called by the whole
+// block. Most runs are short, so the block looks at the next blockDim keys at once (those
+// equal to `key` come first, as keys are sorted); a longer run, a frequent token, is
+// finished by a binary search.
 __device__ int64_t run_end(const uint32_t* keys, int64_t first, int64_t count, uint32_t key) {
-  int64_t lo = first + 1, hi = count;
+  const int64_t next = first + 1 + threadIdx.x;
+  const int64_t equal = __syncthreads_count(next < count && keys[next] == key);
+  int64_t lo = first + 1 + equal, hi = count;
+  if (equal < static_cast<int64_t>(blockDim.x)) return lo;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (keys[mid] == key)

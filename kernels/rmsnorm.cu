@@ -15,129 +15,184 @@ constexpr int kThreads = 256;
 // to fill the GPU, few enough that the partials stay small next to the activations.
 constexpr int64_t kMaxPartials = 512;
 
-// Each row is handled by a group of G lanes of one warp, each lane taking packs of N
-// elements G·N apart; the group leaves or stays as a whole, so its sums never wait on
-// an exited lane.
-template <class T, int N, int G>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns,
-                                       float eps) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
-  const int lane = threadIdx.x % G;
-  if (row >= rows) return;
-  const T* xr = x + row * columns;
-  float sum = 0;
-#pragma unroll 4
-  for (int c = lane * N; c < columns; c += G * N) {
-    float v[N];
-    load<N>(xr + c, v);
+// Both passes give each row to a team of S lanes (a power of two; part of a warp, or whole
+// warps for wide rows) that holds the row in registers: lane i of a team owns packs i,
+// i + S, ... (at most L of them, 16 elements) of every row the team takes. So each input
+// is read once, and in the backward pass the weight is loaded once per thread and the
+// lane's share of the weight gradient stays in registers across all its rows.
+template <int N>
+inline constexpr int kPacksPerLane = 16 / N;
+template <int S>
+inline constexpr int kTeamsPerBlock = S >= kThreads ? 1 : kThreads / S;
+
+// Sum over a team of S lanes, the same on every lane and every run. Teams wider than a
+// warp add their warps' sums in shared memory, so every thread of the block must call it
+// the same number of times.
+template <int S>
+__device__ inline float team_sum(float v, float* warp_sums) {
+  if constexpr (S <= 32) {
+    return group_sum<S>(v, group_mask<S>());
+  } else {
+    v = group_sum<32>(v, 0xffffffffu);
+    const int warp = threadIdx.x / 32, first = warp / (S / 32) * (S / 32);
+    __syncthreads();  // the previous call's readers are done
+    if (threadIdx.x % 32 == 0) warp_sums[warp] = v;
+    __syncthreads();
+    float sum = 0;
 #pragma unroll
-    for (int k = 0; k < N; ++k) sum += v[k] * v[k];
-  }
-  sum = group_sum<G>(sum, group_mask<G>());
-  const float r = 1.0f / sqrtf(sum / static_cast<float>(columns) + eps);
-  if (lane == 0) rstd[row] = r;
-  T* yr = out + row * columns;
-#pragma unroll 4
-  for (int c = lane * N; c < columns; c += G * N) {
-    float v[N], w[N];
-    load<N>(xr + c, v);
-    load<N>(weight + c, w);
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = w[k] * (v[k] * r);
-    store<N>(yr + c, v);
+    for (int w = 0; w < S / 32; ++w) sum += warp_sums[first + w];
+    return sum;
   }
 }
 
-// Block b owns rows [b·rows_per_block, (b+1)·rows_per_block); its groups take every
-// groups-th row of them. Each group sums dout·x·rstd of its rows in shared memory, laid
-// out pack-major (element k of pack p at k·packs + p) so a group's lanes touch
-// consecutive banks; the block then writes the sum over its groups, in group order,
-// as partials[b] in that same layout.
-template <class T, int N, int G>
-__global__ void rmsnorm_backward_kernel(T* dx, float* partials, const T* dout, const T* x, const T* weight,
-                                        const float* rstd, int64_t rows, int columns, int64_t rows_per_block) {
-  extern __shared__ float group_dweight[];  // [groups][columns]
-  const int groups = blockDim.x / G, group = threadIdx.x / G, lane = threadIdx.x % G;
+// One row per team: the team reads its row once into registers, sums its squares, and
+// writes the normalised row from those registers.
+template <class T, int N, int S>
+__global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
+    rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns, float eps) {
+  constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
+  using P = Pack<T, N>;
+  __shared__ float warp_sums[teams * S / 32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * teams + threadIdx.x / S;
+  const int lane = threadIdx.x % S;
   const int packs = columns / N;
-  const unsigned mask = group_mask<G>();
-  float* dweight = group_dweight + group * columns;
-  for (int p = lane; p < packs; p += G)
+  const bool valid = row < rows;
+  const P* xr = reinterpret_cast<const P*>(x + row * columns);
+  P v[L];
+  float sum = 0;
 #pragma unroll
-    for (int k = 0; k < N; ++k) dweight[k * packs + p] = 0;
+  for (int j = 0; j < L; ++j) {
+    if (!valid || lane + j * S >= packs) continue;
+    v[j] = xr[lane + j * S];
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum += to_float(v[j].v[k]) * to_float(v[j].v[k]);
+  }
+  sum = team_sum<S>(sum, warp_sums);
+  if (!valid) return;  // after the team's last shared sum
+  const float r = 1.0f / sqrtf(sum / static_cast<float>(columns) + eps);
+  if (lane == 0) rstd[row] = r;
+  P* yr = reinterpret_cast<P*>(out + row * columns);
+#pragma unroll
+  for (int j = 0; j < L; ++j) {
+    if (lane + j * S >= packs) continue;
+    const P w = reinterpret_cast<const P*>(weight)[lane + j * S];
+    P y;
+#pragma unroll
+    for (int k = 0; k < N; ++k) y.v[k] = from_float<T>(to_float(w.v[k]) * (to_float(v[j].v[k]) * r));
+    yr[lane + j * S] = y;
+  }
+}
+
+// Block b owns rows [b·rows_per_block, (b+1)·rows_per_block) (a multiple of the teams per
+// block, so every team runs the same number of steps); team t takes every teams-th row
+// from t. Each lane sums dout·x·rstd over its rows in registers; the block then writes the
+// sum over its teams, in team order, as partials[b].
+template <class T, int N, int S>
+__global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
+    rmsnorm_backward_kernel(T* dx, float* partials, const T* dout, const T* x, const T* weight, const float* rstd,
+                            int64_t rows, int columns, int64_t rows_per_block) {
+  constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
+  using P = Pack<T, N>;
+  extern __shared__ __align__(16) float team_dweight[];  // [teams][columns], when teams > 1
+  __shared__ float warp_sums[teams * S / 32];
+  const int team = threadIdx.x / S, lane = threadIdx.x % S;
+  const int packs = columns / N;
+  bool owned[L];
+  P w[L];
+  float dweight[L][N];
+#pragma unroll
+  for (int j = 0; j < L; ++j) {
+    owned[j] = lane + j * S < packs;
+    if (owned[j]) w[j] = reinterpret_cast<const P*>(weight)[lane + j * S];
+#pragma unroll
+    for (int k = 0; k < N; ++k) dweight[j][k] = 0;
+  }
 
   const int64_t first = blockIdx.x * rows_per_block;
-  const int64_t end = first + rows_per_block < rows ? first + rows_per_block : rows;
-  for (int64_t row = first + group; row < end; row += groups) {
-    const T* dy = dout + row * columns;
-    const T* xr = x + row * columns;
-    T* dxr = dx + row * columns;
-    const float r = rstd[row];
+  for (int64_t row = first + team; row < first + rows_per_block; row += teams) {
+    const bool valid = row < rows;
+    const P* dy = reinterpret_cast<const P*>(dout + row * columns);
+    const P* xr = reinterpret_cast<const P*>(x + row * columns);
+    P* dxr = reinterpret_cast<P*>(dx + row * columns);
+    P g[L], v[L], d[L];
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      if (valid && owned[j]) {
+        g[j] = dy[lane + j * S];
+        v[j] = xr[lane + j * S];
+        d[j] = dxr[lane + j * S];
+      }
+    }
+    const float r = valid ? rstd[row] : 0.0f;
     // With n = x·rstd and dn = dout·weight: dx = rstd·(dn - n·mean(dn·n)).
     float dot = 0;
-#pragma unroll 4
-    for (int p = lane; p < packs; p += G) {
-      float g[N], v[N], w[N];
-      load<N>(dy + p * N, g);
-      load<N>(xr + p * N, v);
-      load<N>(weight + p * N, w);
 #pragma unroll
-      for (int k = 0; k < N; ++k) dot += g[k] * w[k] * v[k];
+    for (int j = 0; j < L; ++j) {
+      if (!valid || !owned[j]) continue;
+#pragma unroll
+      for (int k = 0; k < N; ++k) dot += to_float(g[j].v[k]) * to_float(w[j].v[k]) * to_float(v[j].v[k]);
     }
-    const float mean = group_sum<G>(dot, mask) * r / static_cast<float>(columns);
-#pragma unroll 4
-    for (int p = lane; p < packs; p += G) {
-      float g[N], v[N], w[N], d[N];
-      load<N>(dy + p * N, g);
-      load<N>(xr + p * N, v);
-      load<N>(weight + p * N, w);
-      load<N>(dxr + p * N, d);
+    const float mean = team_sum<S>(dot, warp_sums) * r / static_cast<float>(columns);
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      if (!valid || !owned[j]) continue;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        d[k] += r * (g[k] * w[k] - v[k] * r * mean);
-        dweight[k * packs + p] += g[k] * v[k] * r;
+        const float gk = to_float(g[j].v[k]), vk = to_float(v[j].v[k]);
+        d[j].v[k] = from_float<T>(to_float(d[j].v[k]) + r * (gk * to_float(w[j].v[k]) - vk * r * mean));
+        dweight[j][k] += gk * vk * r;
       }
-      store<N>(dxr + p * N, d);
+      dxr[lane + j * S] = d[j];
     }
   }
-  __syncthreads();
+
   float* partial = partials + blockIdx.x * static_cast<int64_t>(columns);
-  for (int i = threadIdx.x; i < columns; i += blockDim.x) {
-    float sum = 0;
-    for (int g = 0; g < groups; ++g) sum += group_dweight[g * columns + i];
-    partial[i] = sum;
+  float* own = teams == 1 ? partial : team_dweight + team * columns;
+#pragma unroll
+  for (int j = 0; j < L; ++j)
+    if (owned[j]) store<N>(own + (lane + j * S) * N, dweight[j]);
+  if constexpr (teams > 1) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < columns; i += teams * S) {
+      float sum = 0;
+      for (int t = 0; t < teams; ++t) sum += team_dweight[t * columns + i];
+      partial[i] = sum;
+    }
   }
 }
 
 // dweight += the sum of the blocks' partials, in block order: thread (i, j) of a
-// 32×32 block sums every 32nd partial of index i from j, then lane j = 0 adds the 32
-// sums in order. Partials are pack-major (see above); the column is unscrambled here.
-__global__ void rmsnorm_dweight_kernel(float* dweight, const float* partials, int64_t blocks, int columns, int pack) {
+// 32×32 block sums every 32nd partial of column i from j, then lane j = 0 adds the 32
+// sums in order.
+__global__ void rmsnorm_dweight_kernel(float* dweight, const float* partials, int64_t blocks, int columns) {
   __shared__ float sums[32][33];
   const int i = blockIdx.x * 32 + threadIdx.x;
   float sum = 0;
   if (i < columns)
+#pragma unroll 8
     for (int64_t b = threadIdx.y; b < blocks; b += 32) sum += partials[b * columns + i];
   sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y != 0 || i >= columns) return;
   float total = 0;
   for (int j = 0; j < 32; ++j) total += sums[j][threadIdx.x];
-  const int packs = columns / pack;
-  dweight[i % packs * pack + i / packs] += total;
+  dweight[i] += total;
 }
 
-// Calls f(integral_constant<int, G>) with the group size for rows of `packs` packs: the
-// smallest power of two from 4 to 32 that covers the row in one pass where it can.
-template <class F>
-void with_group_size(int64_t packs, F&& f) {
-  if (packs > 16)
-    f(std::integral_constant<int, 32>{});
-  else if (packs > 8)
-    f(std::integral_constant<int, 16>{});
-  else if (packs > 4)
-    f(std::integral_constant<int, 8>{});
-  else
-    f(std::integral_constant<int, 4>{});
+// Calls f(integral_constant<int, S>) with the team size for rows that need `lanes` lanes:
+// the smallest power of two from S up to 1024 that covers them.
+template <int S, class F>
+void with_team_size(int64_t lanes, F&& f) {
+  if constexpr (S < 1024) {
+    if (lanes > S) return with_team_size<2 * S>(lanes, f);
+  }
+  f(std::integral_constant<int, S>{});
+}
+
+void check_row_width(int64_t columns, const char* op) {
+  if (columns > kRmsnormMaxColumns)
+    throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(columns) + " exceed the " +
+                                std::to_string(kRmsnormMaxColumns) + " supported");
 }
 
 }  // namespace
@@ -150,15 +205,16 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, con
   check_op_arg(out, op, "out", Device::CUDA, {x.dtype}, {N, D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
+  check_row_width(D, op);
   if (N == 0 || D == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
     auto launch = [&](auto pack) {
       constexpr int P = decltype(pack)::value;
-      with_group_size(D / P, [&](auto group) {
-        constexpr int G = decltype(group)::value;
-        const int64_t blocks = (N * G + kThreads - 1) / kThreads;
-        rmsnorm_forward_kernel<E, P, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      constexpr int L = kPacksPerLane<P>;
+      with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
+        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
+        rmsnorm_forward_kernel<E, P, S><<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
             out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D), eps);
       });
     };
@@ -180,30 +236,27 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
   check_op_arg(dout, op, "dout", Device::CUDA, {x.dtype}, {N, D});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
-  if (D > kRmsnormMaxColumns)
-    throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(D) + " exceed the " +
-                                std::to_string(kRmsnormMaxColumns) + " the backward pass supports");
+  check_row_width(D, op);
   if (N == 0 || D == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
     auto launch = [&](auto pack) {
       constexpr int P = decltype(pack)::value;
-      with_group_size(D / P, [&](auto group) {
-        constexpr int G = decltype(group)::value;
+      constexpr int L = kPacksPerLane<P>;
+      with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
+        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
         // The chunking depends on the shape alone, never on the device, so the order
         // of every sum is the same on every GPU and every run.
-        const int64_t groups = std::min<int64_t>(kThreads / G, kRmsnormMaxColumns / D);
-        const int64_t rows_per_block = groups * ((N + groups * kMaxPartials - 1) / (groups * kMaxPartials));
+        const int64_t rows_per_block = teams * ((N + teams * kMaxPartials - 1) / (teams * kMaxPartials));
         const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
         const StreamScratch partials(static_cast<size_t>(blocks * D) * sizeof(float), stream, op);
-        const size_t shared_bytes = static_cast<size_t>(groups * D) * sizeof(float);
-        rmsnorm_backward_kernel<E, P, G><<<static_cast<unsigned>(blocks), static_cast<unsigned>(groups * G),
-                                           shared_bytes, stream>>>(dx.ptr<E>(), partials.at<float>(0), dout.ptr<E>(),
-                                                                   x.ptr<E>(), weight.ptr<E>(), rstd.ptr<float>(), N,
-                                                                   static_cast<int>(D), rows_per_block);
+        const size_t shared_bytes = teams > 1 ? static_cast<size_t>(teams * D) * sizeof(float) : 0;
+        rmsnorm_backward_kernel<E, P, S><<<static_cast<unsigned>(blocks), teams * S, shared_bytes, stream>>>(
+            dx.ptr<E>(), partials.at<float>(0), dout.ptr<E>(), x.ptr<E>(), weight.ptr<E>(), rstd.ptr<float>(), N,
+            static_cast<int>(D), rows_per_block);
         check_launch(op);
         rmsnorm_dweight_kernel<<<static_cast<unsigned>((D + 31) / 32), dim3(32, 32), 0, stream>>>(
-            dweight.ptr<float>(), partials.at<float>(0), blocks, static_cast<int>(D), P);
+            dweight.ptr<float>(), partials.at<float>(0), blocks, static_cast<int>(D));
       });
     };
     if (D % kPack<E> == 0 && aligned16(dx.data, dout.data, x.data, weight.data))

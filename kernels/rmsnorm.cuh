@@ -12,8 +12,8 @@
 
 namespace tandem::cuda {
 
-// The backward pass takes rows of up to this many elements: each block keeps its
-// weight-gradient partials in 48 KiB of shared memory.
+// Both passes take rows of up to this many elements: a row is held in the registers
+// of at most one block (1024 threads, 16 elements each).
 inline constexpr int64_t kRmsnormMaxColumns = 12288;
 
 // out = x / sqrt(mean(x²) + eps) * weight: x, out [N, D] and weight [D] of one data dtype

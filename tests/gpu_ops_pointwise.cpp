@@ -375,6 +375,7 @@ TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
   const Tensor one_rstd = device_view(DType::F32, {1});
   expect_refused([&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, one_rstd, nullptr); },
                  backward, "20000");
+  expect_refused([&] { cuda::rmsnorm_forward(wide, one_rstd, wide, wide_weight, 1e-6f, nullptr); }, forward, "20000");
 }
 
 // ---------------------------------------------------------------- rope

@@ -760,8 +760,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    __threadfence();
-    __syncthreads();  // every share stored; the next prefetch may overwrite this stage
+    // Every share stored, and the next prefetch may overwrite this stage. The release by one
+    // thread after the barrier publishes the whole block's stores (as CUTLASS's semaphore).
+    __syncthreads();
     if (threadIdx.x == 0) store_release(turns, static_cast<unsigned>(turn + 1));
   }
   add_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);

@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // The scratch of one backward call, from one stream-ordered allocation.
 struct BackwardScratch {
-  float* dq;            // [T, heads·D] FP32 dq shares, summed in key-tile order
+  float* dq;            // [T, heads·D] FP32 dq shares of key tiles > 0, summed in key-tile order
   float* lse_log2;      // [T, heads] lse in log2 units
   float* delta;         // [T, heads] rowsum(dO∘O)
   unsigned* ticket;     // next key tile to hand out
@@ -570,23 +570,6 @@ __global__ void backward_row_statistics(float* lse_log2, float* delta, const bf1
     delta[row] = part;
     lse_log2[row] = lse[row] * kLog2e;
   }
-}
-
-// dq += the FP32 sums, 8 elements per thread.
-__global__ void add_dq_scratch(bf16* dq, const float* scratch, int64_t elements) {
-  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
-  if (i >= elements) return;
-  const float4 lo = __ldcs(reinterpret_cast<const float4*>(scratch + i));
-  const float4 hi = __ldcs(reinterpret_cast<const float4*>(scratch + i + 4));
-  uint4 packed = *reinterpret_cast<const uint4*>(dq + i);
-  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
-  const float sums[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 old = __bfloat1622float2(pairs[e]);
-    pairs[e] = __floats2bfloat162_rn(old.x + sums[2 * e], old.y + sums[2 * e + 1]);
-  }
-  *reinterpret_cast<uint4*>(dq + i) = packed;
 }
 
 __device__ inline unsigned load_acquire(const unsigned* p) {
@@ -624,7 +607,7 @@ constexpr int kDqColumns = 16;
 // heads and queries stay in registers and each dk/dv row is written by one thread, once.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    backward_key_tiles(bf16* dk, bf16* dv, BackwardScratch scratch, const bf16* dout, const bf16* q, const bf16* k,
+    backward_key_tiles(bf16* dq, bf16* dk, bf16* dv, BackwardScratch scratch, const bf16* dout, const bf16* q, const bf16* k,
                        const bf16* v, const int* cu_seqlens, Geometry geo) {
   extern __shared__ __align__(16) unsigned char shared[];
   __shared__ unsigned ticket;
@@ -729,6 +712,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // This key tile's dq share for the warp's 16 queries: dS·K, added to the scratch after
     // the shares of key tiles query_tile .. key_tile+1 (the diagonal tile stores instead).
+    // Key tile 0 comes last for every query tile: it adds the finished sum into dq.
     const int turn = query_tile - key_tile;
     unsigned* turns = scratch.dq_turns + static_cast<int64_t>(first_flat_tile + query_tile) * geo.heads + h;
     if (turn > 0)
@@ -746,16 +730,22 @@ __global__ void __launch_bounds__(kThreads)
         for (int half = 0; half < 2; ++half) {
           const int row = q0 + warp * 16 + lane / 4 + 8 * half;
           if (row >= where.length) continue;
-          float* base = scratch.dq + (where.start + row) * q_stride + h * D + col0 + 2 * (lane % 4);
+          const int64_t at = (where.start + row) * q_stride + h * D + col0 + 2 * (lane % 4);
 #pragma unroll
           for (int n = 0; n < chunk / 8; ++n) {
-            float2* pair = reinterpret_cast<float2*>(base + n * 8);
+            float2* pair = reinterpret_cast<float2*>(scratch.dq + at + n * 8);
             float2 sum = make_float2(dq_part[n][2 * half], dq_part[n][2 * half + 1]);
             if (turn > 0) {
               const float2 before = __ldcg(pair);
               sum = make_float2(before.x + sum.x, before.y + sum.y);
             }
-            __stcg(pair, sum);
+            if (key_tile == 0) {
+              __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dq + at + n * 8);
+              const float2 old = __bfloat1622float2(*out);
+              *out = __floats2bfloat162_rn(old.x + sum.x, old.y + sum.y);
+            } else {
+              __stcg(pair, sum);
+            }
           }
         }
       }
@@ -949,13 +939,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     check_launch(op);
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
     backward_key_tiles<D><<<key_grid.x * key_grid.y, kThreads, KeyTileShared<D>::bytes, stream>>>(
-        mutable_data<bf16>(dk), mutable_data<bf16>(dv), scratch, data<bf16>(dout), data<bf16>(q), data<bf16>(k),
+        mutable_data<bf16>(dq), mutable_data<bf16>(dk), mutable_data<bf16>(dv), scratch, data<bf16>(dout), data<bf16>(q), data<bf16>(k),
         data<bf16>(v), cu, geo);
-    check_launch(op);
-    constexpr int add_threads = 256;
-    const int64_t add_blocks = (dq_elements / 8 + add_threads - 1) / add_threads;
-    add_dq_scratch<<<static_cast<unsigned>(add_blocks), add_threads, 0, stream>>>(mutable_data<bf16>(dq), scratch.dq,
-                                                                                dq_elements);
     check_launch(op);
     check_cuda(cudaFreeAsync(base, stream), "free the attention backward scratch");
   });

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -327,18 +325,17 @@ __device__ inline void multiply_rows(float (&acc)[kTile / 8][4], const bf16* a_t
   }
 }
 
-// acc[Columns/8 tiles] += the warp's 16×kTile weights (A operands, from as_a_operands or
-// load_transposed_a) times columns [col0, col0+Columns) of the kTile × D tile `rows`
-// (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
-template <int D, int Columns = D>
-__device__ inline void accumulate_product(float (&acc)[Columns / 8][4], const unsigned (&weights)[kTile / 16][4],
-                                          const bf16* rows, int lane, int col0 = 0) {
+// acc[D/8 tiles] += the warp's 16×kTile weights (A operands from as_a_operands) times
+// the kTile × D tile `rows` (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
+template <int D>
+__device__ inline void accumulate_product(float (&acc)[D / 8][4], const unsigned (&weights)[kTile / 16][4],
+                                          const bf16* rows, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
 #pragma unroll
-    for (int n = 0; n < Columns / 16; ++n) {
+    for (int n = 0; n < D / 16; ++n) {
       unsigned b[4];
-      load_b_rows_k<D>(b, rows, kk * 16, col0 + n * 16, lane);
+      load_b_rows_k<D>(b, rows, kk * 16, n * 16, lane);
       mma(acc[2 * n], weights[kk], b[0], b[1]);
       mma(acc[2 * n + 1], weights[kk], b[2], b[3]);
     }
@@ -531,135 +528,144 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Tensor-core backward. FlashAttention 2's schedule: one block per tile of 64 keys of one kv
-// head computes dk and dv in registers and, from the same dS, this key tile's share of dq
-// (dS·K). The shares for one query tile come from several blocks; instead of FP32 atomics
-// (whose order varies from run to run) they are added into an FP32 scratch in a fixed
-// order, key tile m (the diagonal one) first, then m-1, ..., 0: each block waits on a
-// per-(query tile, head) counter for its turn. A sequence's key tiles reach a query tile
-// in that very order (tile j+1 one step ahead of tile j), so the waits are short, and the
-// sum order, hence every bit of dq, is the same on every run.
-//
-// Blocks take their key tile from a ticket counter rather than from blockIdx, in an order
-// where tile j+1 of a (sequence, kv head) comes before tile j: a block only ever waits on a
-// block that started before it, so the waits cannot deadlock whatever the scheduler does.
-
-// The scratch of one backward call, from one stream-ordered allocation.
-struct BackwardScratch {
-  float* dq;            // [T, heads·D] FP32 dq shares of key tiles > 0, summed in key-tile order
-  float* lse_log2;      // [T, heads] lse in log2 units
-  float* delta;         // [T, heads] rowsum(dO∘O)
-  unsigned* ticket;     // next key tile to hand out
-  unsigned* dq_turns;   // [tile bound, heads] shares already added to each query tile
-};
-
-// Per (token, head): the row statistics every key tile that sees the row needs, computed
-// once. D/8 lanes per row, each with 16-byte loads.
 template <int D>
-__global__ void backward_row_statistics(float* lse_log2, float* delta, const bf16* dout, const bf16* out,
-                                        const float* lse, int64_t rows) {
-  constexpr int lanes = D / 8;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row = thread / lanes;  // t·heads + h, whose D values start at row·D
-  const int part_index = static_cast<int>(thread % lanes);
-  float part = row < rows ? dot8(dout + row * D + part_index * 8, out + row * D + part_index * 8) : 0.f;
+constexpr int query_shared_bytes = 6 * TileLayout<D>::bytes;  // Q, dO; K and V twice
+
+// dq for one tile of 64 queries of one head: loops over the key tiles its rows see.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_query_tiles(bf16* dq, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
+                         const bf16* v, const int* cu_seqlens, Geometry geo) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  SequenceTile where;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  const int q0 = (where.tiles - 1 - where.tile) * kTile;
+  const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int key_end = min(q0 + kTile, where.length);
+  const int key_tiles = (key_end + kTile - 1) / kTile;
+  const float scale_log2 = geo.scale * kLog2e;
+
+  constexpr int elements = TileLayout<D>::elements;
+  bf16* q_tile = reinterpret_cast<bf16*>(shared);
+  bf16* dout_tile = q_tile + elements;
+  bf16* k_tiles = dout_tile + elements;
+  bf16* v_tiles = k_tiles + 2 * elements;
+  const int64_t row0 = where.start + q0;
+  const bf16* k_src = k + where.start * kv_stride + kv_head * D;
+  const bf16* v_src = v + where.start * kv_stride + kv_head * D;
+  load_tile<D>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  copy_async_commit();
+
+  // Statistics of this lane's rows (g and g+8): lse in log2 units (+inf past the sequence,
+  // so those rows get P = 0) and rowsum(dO∘O), two lanes per row with 16-byte loads.
+  float row_lse[2], row_dot[2];
+  {
+    const int row = q0 + warp * 16 + lane / 2;
+    float part = 0;
+    if (row < where.length) {
+      const bf16* a = dout + (where.start + row) * q_stride + h * D;
+      const bf16* b = out + (where.start + row) * q_stride + h * D;
+      for (int c = lane % 2; c < D / 8; c += 2) part += dot8(a + c * 8, b + c * 8);
+    }
+    part += __shfl_xor_sync(kFullMask, part, 1);
 #pragma unroll
-  for (int offset = lanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
-  if (row < rows && part_index == 0) {
-    delta[row] = part;
-    lse_log2[row] = lse[row] * kLog2e;
+    for (int half = 0; half < 2; ++half) {
+      const int mine = lane / 4 + 8 * half, r = q0 + warp * 16 + mine;
+      row_dot[half] = __shfl_sync(kFullMask, part, 2 * mine);
+      row_lse[half] = r < where.length ? lse[static_cast<int64_t>(where.start + r) * geo.heads + h] * kLog2e : INFINITY;
+    }
   }
-}
 
-__device__ inline unsigned load_acquire(const unsigned* p) {
-  unsigned value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(p) : "memory");
-  return value;
-}
-
-__device__ inline void store_release(unsigned* p, unsigned value) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(value) : "memory");
-}
-
-// A operands of the warp's 16 rows × kTile columns of a matrix stored transposed in
-// `tile` (kTile rows of the columns, kTile + 8 apart): dS from the dSᵀ the warps wrote.
-__device__ inline void load_transposed_a(unsigned (&a)[kTile / 16][4], const bf16* tile, int row0, int lane) {
-  constexpr int stride = kTile + 8;
+  float dq_acc[D / 8][4] = {};
+  for (int n = 0; n < key_tiles; ++n) {
+    const int stage = n & 1, key0 = n * kTile;
+    if (n + 1 < key_tiles) {
+      const int next = key0 + kTile;
+      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      copy_async_commit();
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* k_tile = k_tiles + stage * elements;
+    float s[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
+    multiply_rows<D>(s, q_tile, warp * 16, k_tile, lane);
+    multiply_rows<D>(ds, dout_tile, warp * 16, v_tiles + stage * elements, lane);  // dP = dO·Vᵀ
+    const bool diagonal = key0 + kTile - 1 > q0;
 #pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk)
-    ldmatrix_x4_trans(a[kk], tile + (kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * stride + row0 +
-                                 ((lane >> 3) & 1) * 8);
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int half = i / 2, row = q0 + warp * 16 + lane / 4 + 8 * half, key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+        const float p = diagonal && key > row ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -row_lse[half]));
+        ds[nt][i] = p * (ds[nt][i] - row_dot[half]) * geo.scale;
+      }
+    unsigned ds_a[kTile / 16][4];
+    as_a_operands(ds_a, ds);
+    accumulate_product<D>(dq_acc, ds_a, k_tile, lane);
+    __syncthreads();
+  }
+  add_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
 }
 
 template <int D>
 struct KeyTileShared {
   static constexpr int tiles = 2 + 2 * 2;  // K, V; Q and dO twice
-  static constexpr int ds_bytes = kTile * (kTile + 8) * 2;  // dSᵀ of one item, BF16
-  static constexpr int bytes = tiles * TileLayout<D>::bytes + ds_bytes + 4 * kTile * static_cast<int>(sizeof(float));
+  static constexpr int bytes = tiles * TileLayout<D>::bytes + 3 * kTile * static_cast<int>(sizeof(float));
 };
 
-// Columns of dq one warp computes and adds at a time: few registers beside dk and dv.
-constexpr int kDqColumns = 16;
-
-// dk and dv for one tile of 64 keys of one kv head, plus its dq shares: loops over every
-// query head of the group and every query tile that sees these keys, so the sums over GQA
-// heads and queries stay in registers and each dk/dv row is written by one thread, once.
+// dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
+// group and every query tile that sees these keys, so the sums over GQA heads and queries
+// stay in registers and each gradient row is written by one thread, once.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    backward_key_tiles(bf16* dq, bf16* dk, bf16* dv, BackwardScratch scratch, const bf16* dout, const bf16* q, const bf16* k,
-                       const bf16* v, const int* cu_seqlens, Geometry geo) {
+    backward_key_tiles(bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
+                       const bf16* k, const bf16* v, const int* cu_seqlens, Geometry geo) {
   extern __shared__ __align__(16) unsigned char shared[];
-  __shared__ unsigned ticket;
-  if (threadIdx.x == 0) ticket = atomicAdd(scratch.ticket, 1u);
-  __syncthreads();
-  const int kv_head = static_cast<int>(ticket % geo.kv_heads);
-  const int flat_tile = static_cast<int>(ticket / geo.kv_heads);
   SequenceTile where;
-  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, flat_tile, where)) return;
-  // A sequence's last key tile first: the dq order needs tile j+1 started before tile j.
-  const int key_tile = where.tiles - 1 - where.tile, key0 = key_tile * kTile;
-  const int first_flat_tile = flat_tile - where.tile;  // the sequence's tile 0 in the flat count
-  const int group = geo.heads / geo.kv_heads;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  // Natural order: a sequence's first key tile is seen by the most queries and goes first.
+  const int key0 = where.tile * kTile, kv_head = blockIdx.y, group = geo.heads / geo.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const float scale_log2 = geo.scale * kLog2e;
-  const int query_tiles = where.tiles - key_tile;  // per head, from the diagonal tile on
+  const int query_tiles = where.tiles - where.tile;  // per head, from the diagonal tile on
   const int items = group * query_tiles;
 
   constexpr int elements = TileLayout<D>::elements;
   bf16* k_tile = reinterpret_cast<bf16*>(shared);
   bf16* v_tile = k_tile + elements;
   bf16* staged = v_tile + elements;  // stage s: Q at staged + 2s·elements, then dO
-  bf16* ds_tile = staged + 4 * elements;  // [key][query], kTile + 8 apart
-  float* lse_rows = reinterpret_cast<float*>(ds_tile + kTile * (kTile + 8));  // [2][kTile], log2 units
-  float* delta_rows = lse_rows + 2 * kTile;                                   // [2][kTile]
+  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile], log2 units
+  float* dot_rows = lse_rows + 2 * kTile;                              // [kTile], rowsum(dO∘O)
   const int64_t key_row0 = where.start + key0;
   load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
   load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
 
   const auto item_head = [&](int item) { return kv_head * group + item / query_tiles; };
-  const auto item_query_tile = [&](int item) { return key_tile + item % query_tiles; };
-  // Rows past the sequence get zero Q, dO, lse and delta: their P is 1 but meets dO = 0 in
-  // dV, and their dS is 0, so they add nothing; their dq rows are not stored.
+  const auto item_q0 = [&](int item) { return (where.tile + item % query_tiles) * kTile; };
   const auto load_item = [&](int item, int stage) {
-    const int h = item_head(item), q0 = item_query_tile(item) * kTile, rows = where.length - q0;
+    const int h = item_head(item), q0 = item_q0(item), rows = where.length - q0;
     const int64_t row0 = where.start + q0;
     bf16* tiles = staged + 2 * stage * elements;
     load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
     load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      const int64_t at = (row0 + r) * geo.heads + h;
-      copy_async_4(lse_rows + stage * kTile + r, r < rows ? scratch.lse_log2 + at : scratch.lse_log2, r < rows);
-      copy_async_4(delta_rows + stage * kTile + r, r < rows ? scratch.delta + at : scratch.delta, r < rows);
-    }
+    for (int r = threadIdx.x; r < kTile; r += kThreads)
+      copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
     copy_async_commit();
   };
   load_item(0, 0);  // in one group with K and V
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
   for (int item = 0; item < items; ++item) {
-    const int stage = item & 1, h = item_head(item), query_tile = item_query_tile(item), q0 = query_tile * kTile;
+    const int stage = item & 1, h = item_head(item), q0 = item_q0(item);
     if (item + 1 < items) {
       load_item(item + 1, stage ^ 1);
       copy_async_wait<1>();
@@ -669,8 +675,25 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const bf16* q_staged = staged + 2 * stage * elements;
     const bf16* dout_staged = q_staged + elements;
-    const float* lse_stage = lse_rows + stage * kTile;
-    const float* delta_stage = delta_rows + stage * kTile;
+    float* lse_stage = lse_rows + stage * kTile;
+    // Row statistics of the query tile, two threads per row: rowsum(dO∘O) (O straight from
+    // global memory: staging it would cost the shared memory of a second block per SM) and
+    // the log-sum-exp in log2 units, +inf past the sequence so that those rows get P = 0.
+    {
+      const int r = threadIdx.x / 2, query = q0 + r;
+      float part = 0;
+      if (query < where.length) {
+        const bf16* o_row = out + (where.start + query) * q_stride + h * D;
+        const bf16* dout_row = dout_staged + r * TileLayout<D>::stride;
+        for (int c = threadIdx.x % 2; c < D / 8; c += 2) part += dot8(o_row + c * 8, dout_row + c * 8);
+      }
+      part += __shfl_xor_sync(kFullMask, part, 1);
+      if (threadIdx.x % 2 == 0) {
+        dot_rows[r] = part;
+        lse_stage[r] = query < where.length ? lse_stage[r] * kLog2e : INFINITY;
+      }
+    }
+    __syncthreads();
 
     // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
     unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
@@ -688,72 +711,14 @@ __global__ void __launch_bounds__(kThreads)
           const float prob =
               diagonal && query < key ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column]));
           p[nt][i] = prob;
-          ds[nt][i] = prob * (ds[nt][i] - delta_stage[column]) * geo.scale;
+          ds[nt][i] = prob * (ds[nt][i] - dot_rows[column]) * geo.scale;
         }
       as_a_operands(p_a, p);
       as_a_operands(ds_a, ds);
     }
-    // dSᵀ to shared memory for dq: the A operand layout puts rows g and g+8, columns 2c and
-    // 2c+1 of tiles 2kk and 2kk+1 in a[kk][0..3].
-    {
-      unsigned* rows = reinterpret_cast<unsigned*>(ds_tile + (warp * 16 + lane / 4) * (kTile + 8) + 2 * (lane % 4));
-      constexpr int eight_rows = 8 * (kTile + 8) / 2;  // in 4-byte words
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        rows[kk * 8] = ds_a[kk][0];
-        rows[kk * 8 + eight_rows] = ds_a[kk][1];
-        rows[kk * 8 + 4] = ds_a[kk][2];
-        rows[kk * 8 + 4 + eight_rows] = ds_a[kk][3];
-      }
-    }
     accumulate_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
     accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
-    __syncthreads();  // dSᵀ complete
-
-    // This key tile's dq share for the warp's 16 queries: dS·K, added to the scratch after
-    // the shares of key tiles query_tile .. key_tile+1 (the diagonal tile stores instead).
-    // Key tile 0 comes last for every query tile: it adds the finished sum into dq.
-    const int turn = query_tile - key_tile;
-    unsigned* turns = scratch.dq_turns + static_cast<int64_t>(first_flat_tile + query_tile) * geo.heads + h;
-    if (turn > 0)
-      while (load_acquire(turns) != static_cast<unsigned>(turn)) {
-      }
-    {
-      unsigned ds_rows[kTile / 16][4];
-      load_transposed_a(ds_rows, ds_tile, warp * 16, lane);
-#pragma unroll
-      for (int col0 = 0; col0 < D; col0 += kDqColumns) {
-        constexpr int chunk = kDqColumns < D ? kDqColumns : D;
-        float dq_part[chunk / 8][4] = {};
-        accumulate_product<D, chunk>(dq_part, ds_rows, k_tile, lane, col0);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = q0 + warp * 16 + lane / 4 + 8 * half;
-          if (row >= where.length) continue;
-          const int64_t at = (where.start + row) * q_stride + h * D + col0 + 2 * (lane % 4);
-#pragma unroll
-          for (int n = 0; n < chunk / 8; ++n) {
-            float2* pair = reinterpret_cast<float2*>(scratch.dq + at + n * 8);
-            float2 sum = make_float2(dq_part[n][2 * half], dq_part[n][2 * half + 1]);
-            if (turn > 0) {
-              const float2 before = __ldcg(pair);
-              sum = make_float2(before.x + sum.x, before.y + sum.y);
-            }
-            if (key_tile == 0) {
-              __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dq + at + n * 8);
-              const float2 old = __bfloat1622float2(*out);
-              *out = __floats2bfloat162_rn(old.x + sum.x, old.y + sum.y);
-            } else {
-              __stcg(pair, sum);
-            }
-          }
-        }
-      }
-    }
-    // Every share stored, and the next prefetch may overwrite this stage. The release by one
-    // thread after the barrier publishes the whole block's stores (as CUTLASS's semaphore).
     __syncthreads();
-    if (threadIdx.x == 0) store_release(turns, static_cast<unsigned>(turn + 1));
   }
   add_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
   add_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
@@ -829,44 +794,6 @@ void allow_shared(Kernel kernel, int bytes) {
                              " bytes of shared memory: " + cudaGetErrorString(status));
 }
 
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("kernels/attention.cu: ") + what + ": " + cudaGetErrorString(status));
-}
-
-// The backward scratch (4·T·heads·(D + 2) bytes plus a counter per query tile and head)
-// comes from a stream-ordered memory pool of this file's own, one per device, whose
-// release threshold keeps freed memory mapped: after the first call of a given size an
-// allocation is bookkeeping on the stream, not a cudaMalloc, and other users of the
-// device's default pool are unaffected.
-void* allocate_scratch(int64_t bytes, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<int, cudaMemPool_t> pools;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  cudaMemPool_t pool;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    auto found = pools.find(device);
-    if (found == pools.end()) {
-      cudaMemPoolProps props{};
-      props.allocType = cudaMemAllocationTypePinned;
-      props.location.type = cudaMemLocationTypeDevice;
-      props.location.id = device;
-      check_cuda(cudaMemPoolCreate(&pool, &props), "create the attention scratch pool");
-      uint64_t keep = UINT64_MAX;
-      check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
-                 "set the attention scratch pool's release threshold");
-      found = pools.emplace(device, pool).first;
-    }
-    pool = found->second;
-  }
-  void* p = nullptr;
-  check_cuda(cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), pool, stream),
-             ("allocate " + std::to_string(bytes) + " bytes of attention backward scratch").c_str());
-  return p;
-}
-
 template <class Element>
 const Element* data(const Tensor& t) {
   return static_cast<const Element*>(t.data);
@@ -918,31 +845,15 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   const int* cu = data<int>(cu_seqlens);
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    const int64_t rows = static_cast<int64_t>(geo.tokens) * heads, dq_elements = rows * D;
-    const dim3 key_grid = tile_grid(geo, kv_heads);
-    const int64_t turn_count = static_cast<int64_t>(key_grid.x) * heads;
-    // One allocation, each part 256-byte aligned: dq sums, lse_log2, delta, then the ticket
-    // and turn counters, which start at zero.
-    const auto padded = [](int64_t count) { return (count + 63) / 64 * 64; };
-    const int64_t counters_at = padded(dq_elements) + 2 * padded(rows);
-    const int64_t words = counters_at + padded(1 + turn_count);
-    float* base = static_cast<float*>(allocate_scratch(words * 4, stream));
-    const BackwardScratch scratch{base, base + padded(dq_elements), base + padded(dq_elements) + padded(rows),
-                                  reinterpret_cast<unsigned*>(base + counters_at),
-                                  reinterpret_cast<unsigned*>(base + counters_at) + 1};
-    check_cuda(cudaMemsetAsync(scratch.ticket, 0, (1 + turn_count) * 4, stream), "zero the dq turn counters");
-
-    constexpr int statistics_threads = 256;
-    const int64_t statistics_blocks = (rows * (D / 8) + statistics_threads - 1) / statistics_threads;
-    backward_row_statistics<D><<<static_cast<unsigned>(statistics_blocks), statistics_threads, 0, stream>>>(
-        scratch.lse_log2, scratch.delta, data<bf16>(dout), data<bf16>(out), data<float>(lse), rows);
-    check_launch(op);
+    allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
-    backward_key_tiles<D><<<key_grid.x * key_grid.y, kThreads, KeyTileShared<D>::bytes, stream>>>(
-        mutable_data<bf16>(dq), mutable_data<bf16>(dk), mutable_data<bf16>(dv), scratch, data<bf16>(dout), data<bf16>(q), data<bf16>(k),
+    backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
+        mutable_data<bf16>(dq), data<bf16>(dout), data<bf16>(out), data<float>(lse), data<bf16>(q), data<bf16>(k),
         data<bf16>(v), cu, geo);
     check_launch(op);
-    check_cuda(cudaFreeAsync(base, stream), "free the attention backward scratch");
+    backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
+        mutable_data<bf16>(dk), mutable_data<bf16>(dv), data<bf16>(dout), data<bf16>(out), data<float>(lse),
+        data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
   });
   if (!tiled) {
     const auto launch = [&](auto element) {

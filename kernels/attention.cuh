@@ -10,13 +10,9 @@
 //
 // Two paths, chosen per call:
 // - BF16 with head_dim 16, 32, 64 or 128 and 16-byte aligned tensors: flash-attention 2
-//   tiles on the tensor cores (mma.sync m16n8k16), T×T scores never stored. Backward
-//   (FlashAttention 2's five products) runs one kernel per key tile for dk, dv and that
-//   tile's dq shares, which are summed in FP32 in a fixed key-tile order (no atomics, so
-//   every run gives the same bits; key tile 0, always last, adds the sum into dq), after
-//   one light pass for the row statistics (rowsum(dO∘O), lse in log2 units).
-//   It takes 4·T·heads·(head_dim + 2) bytes of device scratch per call from a
-//   stream-ordered pool of its own that keeps the memory for the next call.
+//   tiles on the tensor cores (mma.sync m16n8k16), T×T scores never stored. Backward runs
+//   two kernels, both deterministic (no atomics): one per key tile for dk/dv, one per
+//   query tile for dq, each recomputing the probabilities from lse.
 // - Anything else (F32, other head sizes up to 256): one warp per row, scalar FP32 math.
 //
 // cu_seqlens values are not read on the host (no synchronisation): they must follow the

@@ -6,11 +6,9 @@
 //                   [--dtype bf16|f32] [--repeat R]
 //
 // TFLOP/s count the causal work the usual way (as FlashAttention reports it): forward
-// 2 products × 2 FLOP × L²/2 × D per head and sequence, backward 2.5× that, which is what
-// this backward executes (5 products). Before the fused dq (kernels/attention.cu history)
-// it executed 3.5×; the H200 measured forward 0.196 ms and backward 0.759 ms then, printed
-// as the baseline. Backward is also run twice from zeroed gradients and compared bit for
-// bit (the dq sum order is fixed).
+// 2 products × 2 FLOP × L²/2 × D per head and sequence, backward 2.5× that. This backward
+// executes 3.5× (its dq pass recomputes Q·Kᵀ and dO·Vᵀ instead of using atomics), so its
+// tensor cores run 1.4× faster than the printed rate.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -146,32 +144,16 @@ int run(const Options& o) {
     cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu, o.heads, o.kv_heads, nullptr);
   });
   check(cudaGetLastError(), "kernels");
-  const auto gradients_from_zero = [&] {
-    for (const Tensor* t : {&dq, &dk, &dv}) check(cudaMemset(t->data, 0, t->nbytes()), "cudaMemset");
-    cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu, o.heads, o.kv_heads, nullptr);
-    std::vector<unsigned char> bytes;
-    for (const Tensor* t : {&dq, &dk, &dv}) {
-      const size_t at = bytes.size();
-      bytes.resize(at + t->nbytes());
-      check(cudaMemcpy(bytes.data() + at, t->data, t->nbytes(), cudaMemcpyDeviceToHost), "download gradients");
-    }
-    return bytes;
-  };
-  const bool repeatable = gradients_from_zero() == gradients_from_zero();
 
   const double forward_flop = 2.0 * 2.0 * o.length * (o.length / 2.0) * o.head_dim * o.heads * o.sequences;
   const double backward_flop = 2.5 * forward_flop;
   std::printf("device %s; %d sequences x %d tokens, %d heads / %d kv heads, head_dim %d, %s\n", props.name,
               o.sequences, o.length, o.heads, o.kv_heads, o.head_dim, o.bf16 ? "BF16" : "F32");
   std::printf("forward   %8.3f ms  %7.1f TFLOP/s\n", forward_ms, forward_flop / forward_ms / 1e9);
-  std::printf("backward  %8.3f ms  %7.1f TFLOP/s  (model FLOPs, 2.5x forward, also executed)\n", backward_ms,
+  std::printf("backward  %8.3f ms  %7.1f TFLOP/s  (model FLOPs, 2.5x forward)\n", backward_ms,
               backward_flop / backward_ms / 1e9);
-  if (o.sequences == 8 && o.length == 1024 && o.heads == 16 && o.kv_heads == 8 && o.head_dim == 128 && o.bf16)
-    std::printf("baseline  forward 0.196 ms, backward 0.759 ms (H200, before the fused dq): %.2fx, %.2fx\n",
-                0.196 / forward_ms, 0.759 / backward_ms);
-  std::printf("backward bit-identical across runs: %s\n", repeatable ? "yes" : "NO");
   for (const Tensor* t : {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &cu}) cudaFree(t->data);
-  return repeatable ? 0 : 1;
+  return 0;
 }
 
 }  // namespace

@@ -180,6 +180,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size());
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
+  // A long run chained over several batch jobs: this job stops after steps-per-job steps
+  // with a checkpoint, and the next one (restart = auto) continues from it.
+  const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
+  const int64_t last_step = steps_per_job > 0 ? std::min(steps, step + steps_per_job) : steps;
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
   PhaseTimers timers;
   const auto loop_start = std::chrono::steady_clock::now();
@@ -189,7 +193,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
   }
   std::string last_checkpoint;
-  while (step < steps) {
+  while (step < last_step) {
     ++step;
     set_log_step(step);
     MetricValues metrics;
@@ -215,7 +219,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     data_cursor += world->size();
-    if (checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) {
+    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
       const auto states = all_gather_strings(comm, rng_state(rng));

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "support.h"
@@ -135,4 +137,34 @@ TEST(Cli, GrpoPhaseRaisesTheReward) {
   const double start = mean(0, 5), after_sft = mean(50, 60), end = mean(240, 260);
   EXPECT_LT(start, 0.1);
   EXPECT_GT(end, after_sft + 0.08) << "warm-up left " << after_sft << ", GRPO reached " << end;
+}
+
+// Data parallelism: N ranks with P/N prompts each take the same steps as one rank with P
+// prompts (the same samples, the same global loss), up to the order of FP32 sums.
+TEST(Cli, RanksSplitTheBatchWithoutChangingTheRun) {
+  TempDir dir;
+  auto run = [&](int np, const std::string& name) {
+    const int prompts = 8 / np;
+    const std::string args = "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() +
+                             " --run.name=" + name + " --run.steps=4 --sft.steps=2 --run.checkpoint-every=0" +
+                             " --task.prompts-per-step=" + std::to_string(prompts) +
+                             " --grpo.loss-aggregation=global-token-sum";
+    const auto result = run_command((np > 1 ? mpirun(np) : std::string()) + tandem_cmd(args));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return RunFile::open(dir.path() / name / kRunFileName);
+  };
+  const RunFile one = run(1, "one");
+  for (int np : {2, 4}) {
+    SCOPED_TRACE(std::to_string(np) + " ranks");
+    const RunFile many = run(np, "np" + std::to_string(np));
+    // The same samples: their statistics agree up to the rounding of a mean of means.
+    for (const char* metric : {"reward_mean", "accuracy", "response_length"}) {
+      const auto a = one.metric(metric), b = many.metric(metric);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-12) << metric << " at step " << i + 1;
+    }
+    const auto a = one.metric("loss"), b = many.metric("loss");
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * (1 + std::fabs(a[i]))) << "loss at step " << i + 1;
+  }
 }

@@ -87,10 +87,12 @@ RolloutSummary GrpoStep::rollout(int64_t step) {
     prompt.insert(prompt.end(), text.begin(), text.end());
     for (int64_t g = 0; g < group_size_; ++g) {
       GenerationRequest request;
-      request.id = static_cast<uint64_t>(i * group_size_ + g);
+      // Ids and seeds follow the global prompt index, not the rank: the same prompts get
+      // the same samples whatever the number of ranks they are spread over.
+      request.id = index * static_cast<uint64_t>(group_size_) + static_cast<uint64_t>(g);
       request.prompt = prompt;
       request.sampling = sampling_;
-      request.sampling.seed = seed_ * 1000003u + static_cast<uint64_t>(step) * 7919u + static_cast<uint64_t>(rank_);
+      request.sampling.seed = seed_ * 1000003u + static_cast<uint64_t>(step) * 7919u;
       requests.push_back(std::move(request));
     }
     TrainSequence reference;
@@ -125,7 +127,7 @@ RolloutSummary GrpoStep::rollout(int64_t step) {
   const std::vector<float> advantages = group_advantages(rewards, group_size_, advantages_);
   for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
   const double n = static_cast<double>(completions.size());
-  for (double reward : rewards) summary.reward_mean += reward / n;
+  for (double reward : rewards) summary.reward_mean += reward / n, summary.reward_square_mean += reward * reward / n;
   summary.reward_std = reward_std(rewards);
   summary.accuracy /= n;
   summary.format_rate /= n;

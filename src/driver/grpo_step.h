@@ -25,6 +25,7 @@ struct RolloutSummary {
   std::vector<TrainSequence> sequences;   // prompt, completion, rollout log-probs, advantage
   std::vector<TrainSequence> references;  // each prompt with the task's own answer (for SFT)
   double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
+  double reward_square_mean = 0;  // with reward_mean, gives the std over all ranks' samples
   int64_t generated_tokens = 0;
   std::string example;  // one prompt and its first completion, for the log
 };

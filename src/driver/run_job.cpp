@@ -1,6 +1,7 @@
 #include "driver/run_job.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <random>
@@ -244,6 +245,27 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       to_rollout = handoff.run(HandoffPoint::BeforeSync);
     }
     const MemoryStats stats = pool->stats();
+    {
+      // The rollout's and the loss's statistics over every rank's samples (each rank has the
+      // same number of them): means, a sum, a max.
+      double sums[] = {rollout.reward_mean, rollout.reward_square_mean, rollout.accuracy, rollout.format_rate,
+                       rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
+                       trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens)};
+      MPI_Allreduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm);
+      const double ranks = world->size();
+      rollout.reward_mean = sums[0] / ranks;
+      const double samples = ranks * static_cast<double>(rollout.sequences.size());
+      const double variance = std::max(0.0, sums[1] / ranks - rollout.reward_mean * rollout.reward_mean);
+      rollout.reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
+      rollout.accuracy = sums[2] / ranks;
+      rollout.format_rate = sums[3] / ranks;
+      rollout.response_length = sums[4] / ranks;
+      trained.metrics.clip_fraction_low = sums[5] / ranks;
+      trained.metrics.clip_fraction_high = sums[6] / ranks;
+      trained.metrics.ratio_mean = sums[7] / ranks;
+      rollout.generated_tokens = static_cast<int64_t>(sums[8]);
+      MPI_Allreduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm);
+    }
     const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;
     const bool sft = grpo.is_sft(step);

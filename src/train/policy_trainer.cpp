@@ -82,18 +82,24 @@ Tensor PolicyTrainer::forward(const Packed& packed, std::vector<float>& logp, co
   return logits;
 }
 
+double PolicyTrainer::sum_over_ranks(double value) {
+  float total = static_cast<float>(value);  // token counts: exact in FP32 below 2^24
+  communicator_.all_reduce_sum(&total, 1);
+  communicator_.synchronize();
+  return total;
+}
+
 TrainStepResult PolicyTrainer::backward_and_update(const Packed& packed, const Tensor& logits,
                                                    const std::vector<float>& dlogp, double lr, int64_t step,
-                                                   const PolicyTrainerSettings& settings) {
+                                                   const PolicyTrainerSettings& settings, bool gradients_add_up) {
   chunked_logprobs_backward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
                             workspace_, dlogp, {}, logits);
   const size_t n = static_cast<size_t>(layout_.slab_elements());
   std::memset(grads_, 0, n * sizeof(float));
   transformer_.backward(params_, grad_params_, acts_, logits);
-  // Each rank's loss is a mean over its own tokens: the step's gradient is their average.
   communicator_.all_reduce_sum(grads_, n);
   communicator_.synchronize();
-  if (world_size_ > 1) {
+  if (world_size_ > 1 && !gradients_add_up) {
     const float scale = 1.0f / static_cast<float>(world_size_);
     for (size_t i = 0; i < n; ++i) grads_[i] *= scale;
   }
@@ -123,9 +129,16 @@ TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch
   inputs.advantages = packed.advantages;
   inputs.mask = packed.mask;
   inputs.cu_seqlens = packed.cu_seqlens;
+  const bool global = loss.aggregation == LossAggregation::GlobalTokenSum;
+  if (global) {
+    int64_t tokens = 0;
+    for (uint8_t m : packed.mask) tokens += m;
+    inputs.global_tokens = sum_over_ranks(static_cast<double>(tokens));
+  }
   const PolicyLoss policy = policy_loss(inputs, loss);
-  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, lr, step, settings);
-  result.loss = policy.loss;
+  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, lr, step, settings, global);
+  // The step's loss: a sum of the ranks' shares, or the mean of the ranks' means.
+  result.loss = global ? sum_over_ranks(policy.loss) : sum_over_ranks(policy.loss) / world_size_;
   result.metrics = policy.metrics;
   result.tokens = policy.metrics.tokens;
   double sum = 0;
@@ -143,12 +156,14 @@ TrainStepResult PolicyTrainer::sft_step(const std::vector<TrainSequence>& batch,
   double sum = 0;
   for (size_t t = 0; t < logp.size(); ++t)
     if (packed.mask[t]) ++tokens, sum += logp[t];
+  // The mean over every rank's tokens, so the update does not depend on how the batch is split.
+  const double global_tokens = sum_over_ranks(static_cast<double>(tokens));
   std::vector<float> dlogp(logp.size(), 0.0f);
   for (size_t t = 0; t < logp.size(); ++t)
-    if (packed.mask[t]) dlogp[t] = -1.0f / static_cast<float>(tokens);
-  TrainStepResult result = backward_and_update(packed, logits, dlogp, lr, step, settings);
+    if (packed.mask[t]) dlogp[t] = static_cast<float>(-1.0 / global_tokens);
+  TrainStepResult result = backward_and_update(packed, logits, dlogp, lr, step, settings, true);
   result.tokens = tokens;
-  result.mean_logp = tokens ? sum / static_cast<double>(tokens) : 0.0;
+  result.mean_logp = global_tokens > 0 ? sum_over_ranks(sum) / global_tokens : 0.0;
   result.loss = -result.mean_logp;
   return result;
 }

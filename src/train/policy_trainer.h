@@ -26,7 +26,7 @@ struct TrainSequence {
 };
 
 struct TrainStepResult {
-  double loss = 0;
+  double loss = 0;  // of the whole step, over all ranks
   double grad_norm = 0;
   int64_t tokens = 0;  // completion tokens that counted
   PolicyLossMetrics metrics;
@@ -62,8 +62,12 @@ class PolicyTrainer {
   Packed pack(const std::vector<TrainSequence>& batch) const;
   // Forward and log-probs of every target; returns the logits tensor (kept for backward).
   Tensor forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings);
+  // gradients_add_up: each rank's loss is already a share of the global loss (normalised by
+  // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult backward_and_update(const Packed& packed, const Tensor& logits, const std::vector<float>& dlogp,
-                                      double lr, int64_t step, const PolicyTrainerSettings& settings);
+                                      double lr, int64_t step, const PolicyTrainerSettings& settings,
+                                      bool gradients_add_up);
+  double sum_over_ranks(double value);
 
   ModelConfig config_;
   const ParameterLayout& layout_;

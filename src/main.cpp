@@ -17,13 +17,14 @@
 #include "driver/run_job.h"
 #include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
+#include "world/version.h"
 
 namespace {
 
 constexpr int kExitDeckError = 2;
 
 void print_usage(std::ostream& out) {
-  out << "tandem " TANDEM_VERSION " (" TANDEM_GIT_REVISION ")\n"
+  out << "tandem " << tandem::tandem_version() << " (" << tandem::tandem_git_revision() << ")\n"
       << "GRPO post-training of language-model policies, one MPI rank per GPU.\n\n"
       << "usage:\n"
       << "  mpirun -np N tandem [DECK] [--section.key=value ...]   run a job (no DECK: the embedded default)\n"
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (first == "--version") {
-      std::cout << "tandem " TANDEM_VERSION " (" TANDEM_GIT_REVISION ")\n";
+      std::cout << "tandem " << tandem::tandem_version() << " (" << tandem::tandem_git_revision() << ")\n";
       return 0;
     }
     if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);

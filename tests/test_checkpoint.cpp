@@ -14,6 +14,7 @@
 
 #include "io/checkpoint.h"
 #include "support.h"
+#include "world/version.h"
 
 using namespace tandem;
 using tandem::testing::run_command;
@@ -79,8 +80,8 @@ TEST(Checkpoint, RoundTripsContentsAndListsTensors) {
   EXPECT_EQ(files_in(dir.path()), (std::set<std::string>{"ckpt_00000010.h5"}));
   const Checkpoint checkpoint = Checkpoint::open(path);
   EXPECT_EQ(checkpoint.step(), 10);
-  EXPECT_EQ(checkpoint.version(), TANDEM_VERSION);
-  EXPECT_EQ(checkpoint.git_revision(), TANDEM_GIT_REVISION);
+  EXPECT_EQ(checkpoint.version(), tandem_version());
+  EXPECT_EQ(checkpoint.git_revision(), tandem_git_revision());
   ASSERT_EQ(checkpoint.tensors().size(), 2u);
   EXPECT_EQ(checkpoint.tensor("embed").dtype, DType::BF16);
   EXPECT_EQ(checkpoint.tensor("embed").shape, (std::vector<int64_t>{1024, 1024}));

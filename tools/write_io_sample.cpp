@@ -7,6 +7,7 @@
 
 #include "io/checkpoint.h"
 #include "io/run_file.h"
+#include "world/version.h"
 
 using namespace tandem;
 
@@ -21,8 +22,8 @@ int main(int argc, char** argv) {
 
     RunInfo info;
     info.deck_text = "[train]\nsteps = 3\n";
-    info.version = TANDEM_VERSION;
-    info.git_revision = TANDEM_GIT_REVISION;
+    info.version = tandem::tandem_version();
+    info.git_revision = tandem::tandem_git_revision();
     info.ranks = 1;
     info.devices = {"cpu"};
     info.started_at = "2025-01-01T00:00:00Z";

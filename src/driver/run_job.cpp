@@ -19,6 +19,7 @@
 #include "world/phase_timers.h"
 #include "world/table.h"
 #include "world/world.h"
+#include "world/version.h"
 
 namespace tandem {
 
@@ -47,7 +48,7 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
 std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
                           DType working_dtype, const fs::path& folder) {
   std::vector<std::pair<std::string, std::string>> rows = {
-      {"version", std::string(TANDEM_VERSION) + " (" + TANDEM_GIT_REVISION + ")"},
+      {"version", std::string(tandem_version()) + " (" + tandem_git_revision() + ")"},
       {"run folder", folder.string()},
       {"ranks", std::to_string(world.size())},
       {"backend", world.device() == Device::CUDA ? "cuda (NCCL collectives)" : "cpu (MPI collectives)"},
@@ -115,7 +116,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   const ModelConfig model = model_config_from_deck(deck);
   const ParameterLayout layout(model);
   const DType working_dtype = working_dtype_from_deck(deck, world->device());
-  TLOG(info) << "tandem " << TANDEM_VERSION << " (" << TANDEM_GIT_REVISION << "), resolved deck:\n" << deck.resolved_text();
+  TLOG(info) << "tandem " << tandem_version() << " (" << tandem_git_revision() << "), resolved deck:\n" << deck.resolved_text();
   TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder);
 
   PoolOptions pool_options;
@@ -174,7 +175,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       if (fs::exists(path)) fs::remove(path);  // a fresh start replaces the old run's record
       std::vector<std::string> devices;
       for (const RankPlacement& p : world->placements()) devices.push_back(p.device + " @ " + p.host);
-      run_file = RunFile::create(path, RunInfo{deck.resolved_text(), TANDEM_VERSION, TANDEM_GIT_REVISION, world->size(), devices, now_iso8601()});
+      run_file = RunFile::create(path, RunInfo{deck.resolved_text(), tandem_version(), tandem_git_revision(), world->size(), devices, now_iso8601()});
     }
   }
 

@@ -10,6 +10,8 @@
 #include <regex>
 #include <stdexcept>
 
+#include "world/version.h"
+
 namespace tandem {
 
 namespace {
@@ -59,8 +61,8 @@ void write_contents(const std::filesystem::path& path, const CheckpointContents&
   hdf5::File file = hdf5::File::create(path);
   file.set_attribute("format", kFormat);
   file.set_attribute("format_version", kFormatVersion);
-  file.set_attribute("version", TANDEM_VERSION);
-  file.set_attribute("git_revision", TANDEM_GIT_REVISION);
+  file.set_attribute("version", tandem_version());
+  file.set_attribute("git_revision", tandem_git_revision());
   file.set_attribute("step", contents.step);
   file.set_attribute("data_cursor", contents.data_cursor);
   file.write_string("deck", contents.deck_text);

@@ -76,6 +76,26 @@ TEST(Cli, RunWritesLogRunFileAndCheckpoints) {
   EXPECT_NE(run.info().deck_text.find("steps = 4"), std::string::npos);
 }
 
+// The run file keeps the samples of a GRPO step; the trainer recomputes the engine's
+// log-probs of the sampled tokens (on-policy: the importance ratio starts at 1).
+TEST(Cli, SamplesCarryRolloutAndTrainLogprobs) {
+  TempDir dir;
+  const auto result = run_command(tandem_cmd(short_run(dir, "s", 4) + " --run.samples-every=4"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const RunFile run = RunFile::open(dir.path() / "s" / kRunFileName);
+  ASSERT_EQ(run.sample_steps(), (std::vector<int64_t>{4}));
+  const auto samples = run.samples(4);
+  ASSERT_EQ(samples.size(), 16u * 8u);
+  size_t tokens = 0;
+  for (const auto& sample : samples) {
+    ASSERT_EQ(sample.train_logp.size(), sample.completion_tokens.size());
+    for (size_t j = 0; j < sample.completion_tokens.size(); ++j, ++tokens)
+      EXPECT_NEAR(sample.train_logp[j], sample.rollout_logp[j], 1e-5) << sample.prompt_text << sample.completion_text;
+    EXPECT_FALSE(sample.prompt_text.empty());
+  }
+  EXPECT_GT(tokens, samples.size());
+}
+
 TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) {
   TempDir dir;
   ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6))).exit_code, 0);

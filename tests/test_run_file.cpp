@@ -164,3 +164,42 @@ TEST(RunFile, AppendsWhileAnotherProcessHasTheFileOpen) {
   close(ready[1]);
   EXPECT_EQ(run.steps(), (std::vector<int64_t>{1, 2}));
 }
+
+TEST(RunFile, SamplesRoundTripAndFollowARestart) {
+  TempDir dir;
+  const auto path = dir / "run.h5";
+  const RunFile run = RunFile::create(path, two_rank_info());
+  auto sample = [](int k) {
+    SampleRecord s;
+    s.prompt_text = "1+" + std::to_string(k) + "=";
+    s.completion_text = std::to_string(1 + k) + " ✓";
+    s.prompt_tokens = {1, 5, 9, k};
+    s.completion_tokens = std::vector<int32_t>(static_cast<size_t>(k), 7);
+    for (int j = 0; j < k; ++j) s.rollout_logp.push_back(-0.5f * j), s.train_logp.push_back(-0.5f * j - 1e-3f);
+    s.advantage = 0.25f * k;
+    s.reward = k % 2;
+    return s;
+  };
+  const std::vector<SampleRecord> at2 = {sample(1), sample(3), sample(0)}, at5 = {sample(2)};
+  run.append_samples(2, at2);
+  run.append_samples(5, at5);
+  EXPECT_EQ(run.sample_steps(), (std::vector<int64_t>{2, 5}));
+  const auto back = run.samples(2);
+  ASSERT_EQ(back.size(), at2.size());
+  for (size_t i = 0; i < at2.size(); ++i) {
+    EXPECT_EQ(back[i].prompt_text, at2[i].prompt_text);
+    EXPECT_EQ(back[i].completion_text, at2[i].completion_text);
+    EXPECT_EQ(back[i].prompt_tokens, at2[i].prompt_tokens);
+    EXPECT_EQ(back[i].completion_tokens, at2[i].completion_tokens);
+    EXPECT_EQ(back[i].rollout_logp, at2[i].rollout_logp);
+    EXPECT_EQ(back[i].train_logp, at2[i].train_logp);
+    EXPECT_EQ(back[i].advantage, at2[i].advantage);
+    EXPECT_EQ(back[i].reward, at2[i].reward);
+  }
+  SampleRecord broken = sample(2);
+  broken.train_logp.pop_back();
+  EXPECT_THROW(run.append_samples(6, {broken}), std::invalid_argument);
+  run.append_metrics(5, {{"loss", 1.0}});
+  run.truncate_after(3);
+  EXPECT_EQ(run.sample_steps(), (std::vector<int64_t>{2}));
+}

@@ -102,7 +102,7 @@ RolloutSummary GrpoStep::rollout(int64_t step) {
     summary.references.push_back(std::move(reference));
   }
   const std::vector<Completion> completions = engine_->generate(requests);
-  std::vector<double> rewards;
+  std::vector<double>& rewards = summary.rewards;
   for (size_t r = 0; r < completions.size(); ++r) {
     const Completion& completion = completions[r];
     const Prompt& prompt = prompts[r / group_size_];
@@ -118,6 +118,8 @@ RolloutSummary GrpoStep::rollout(int64_t step) {
     summary.response_length += static_cast<double>(completion.tokens.size());
     summary.generated_tokens += static_cast<int64_t>(completion.tokens.size());
     if (r == 0) summary.example = prompt.text + text + (judged.correct ? "  (right)" : "  (wrong)");
+    summary.prompt_texts.push_back(prompt.text);
+    summary.completion_texts.push_back(text);
     TrainSequence sequence;
     sequence.prompt = requests[r].prompt;
     sequence.completion = completion.tokens;
@@ -137,11 +139,27 @@ RolloutSummary GrpoStep::rollout(int64_t step) {
 
 TrainStepResult GrpoStep::train(int64_t step, const RolloutSummary& rollout) {
   if (is_sft(step)) return trainer_->sft_step(rollout.references, sft_lr_, step, trainer_settings_);
-  // Sequences without a completion token (empty generations) carry nothing to learn from.
-  std::vector<TrainSequence> batch;
-  for (const TrainSequence& sequence : rollout.sequences)
-    if (!sequence.completion.empty()) batch.push_back(sequence);
-  return trainer_->grpo_step(batch, loss_, rl_schedule_.at(step - sft_steps_), step, trainer_settings_);
+  // Every completion has at least one token (the engine generates one before any stop).
+  return trainer_->grpo_step(rollout.sequences, loss_, rl_schedule_.at(step - sft_steps_), step, trainer_settings_);
+}
+
+std::vector<SampleRecord> GrpoStep::samples(const RolloutSummary& rollout, const TrainStepResult& trained) {
+  std::vector<SampleRecord> records;
+  for (size_t i = 0; i < rollout.sequences.size(); ++i) {
+    const TrainSequence& sequence = rollout.sequences[i];
+    SampleRecord record;
+    record.prompt_text = rollout.prompt_texts[i];
+    record.completion_text = rollout.completion_texts[i];
+    record.prompt_tokens = sequence.prompt;
+    record.completion_tokens = sequence.completion;
+    record.rollout_logp = sequence.old_logprobs;
+    record.train_logp = i < trained.sequence_logp.size() ? trained.sequence_logp[i]
+                                                         : std::vector<float>(sequence.completion.size(), NAN);
+    record.advantage = sequence.advantage;
+    record.reward = rollout.rewards[i];
+    records.push_back(std::move(record));
+  }
+  return records;
 }
 
 }  // namespace tandem

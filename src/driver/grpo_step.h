@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deck/deck.h"
+#include "io/run_file.h"
 #include "rollout/cpu_paged_attention.h"
 #include "rollout/engine.h"
 #include "tasks/char_tokenizer.h"
@@ -28,6 +29,8 @@ struct RolloutSummary {
   double reward_square_mean = 0;  // with reward_mean, gives the std over all ranks' samples
   int64_t generated_tokens = 0;
   std::string example;  // one prompt and its first completion, for the log
+  std::vector<std::string> prompt_texts, completion_texts;  // per sample
+  std::vector<double> rewards;                              // per sample
 };
 
 class GrpoStep {
@@ -41,6 +44,8 @@ class GrpoStep {
   RolloutSummary rollout(int64_t step);
   TrainStepResult train(int64_t step, const RolloutSummary& rollout);
   bool is_sft(int64_t step) const { return step <= sft_steps_; }
+  // The step's samples for the run file; train log-probs come from a GRPO update.
+  static std::vector<SampleRecord> samples(const RolloutSummary& rollout, const TrainStepResult& trained);
   int32_t vocab_needed() const { return tokenizer_->vocab_size(); }
 
  private:

@@ -182,6 +182,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size());
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
+  const int64_t samples_every = deck.get<int64_t>("run.samples-every");
   // A long run chained over several batch jobs: this job stops after steps-per-job steps
   // with a checkpoint, and the next one (restart = auto) continues from it.
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
@@ -293,7 +294,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     add_memory_metrics(metrics, stats);
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
-    if (root) run_file->append_metrics(step, metrics);
+    if (root) {
+      run_file->append_metrics(step, metrics);
+      if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, GrpoStep::samples(rollout, trained));
+    }
     TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
                << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
                << " | loss " << format_fixed(trained.loss, 4) << " grad " << format_fixed(trained.grad_norm, 3)

@@ -1,5 +1,7 @@
 #include "io/run_file.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -204,8 +206,121 @@ void RunFile::append_metrics(int64_t step, const MetricValues& values) const {
   file.close();
 }
 
+namespace {
+
+std::string sample_group_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+template <class T>
+Tensor flat_view(const std::vector<T>& values, DType dtype) {
+  return Tensor::view(const_cast<T*>(values.data()), dtype, Device::CPU, {static_cast<int64_t>(values.size())});
+}
+
+template <class T>
+std::vector<T> read_flat(const hdf5::Group& group, const std::string& name, DType dtype) {
+  const hdf5::TensorInfo info = group.tensor_info(name);
+  std::vector<T> values(info.shape.empty() ? 1 : static_cast<size_t>(info.shape[0]));
+  group.read_tensor(name, flat_view(values, dtype));
+  return values;
+}
+
+}  // namespace
+
+void RunFile::append_samples(int64_t step, const std::vector<SampleRecord>& samples) const {
+  std::vector<std::string> prompt_texts, completion_texts;
+  std::vector<int32_t> prompt_tokens, completion_tokens;
+  std::vector<int64_t> prompt_offsets = {0}, completion_offsets = {0};
+  std::vector<float> rollout_logp, train_logp, advantages;
+  std::vector<double> rewards;
+  for (const SampleRecord& sample : samples) {
+    if (sample.rollout_logp.size() != sample.completion_tokens.size() ||
+        sample.train_logp.size() != sample.completion_tokens.size())
+      throw std::invalid_argument(path_.string() + ": a sample of step " + std::to_string(step) +
+                                  " has log-probs that do not match its completion tokens");
+    prompt_texts.push_back(sample.prompt_text);
+    completion_texts.push_back(sample.completion_text);
+    prompt_tokens.insert(prompt_tokens.end(), sample.prompt_tokens.begin(), sample.prompt_tokens.end());
+    completion_tokens.insert(completion_tokens.end(), sample.completion_tokens.begin(), sample.completion_tokens.end());
+    prompt_offsets.push_back(static_cast<int64_t>(prompt_tokens.size()));
+    completion_offsets.push_back(static_cast<int64_t>(completion_tokens.size()));
+    rollout_logp.insert(rollout_logp.end(), sample.rollout_logp.begin(), sample.rollout_logp.end());
+    train_logp.insert(train_logp.end(), sample.train_logp.begin(), sample.train_logp.end());
+    advantages.push_back(sample.advantage);
+    rewards.push_back(sample.reward);
+  }
+  hdf5::File file = open_checked(path_, hdf5::File::Access::ReadWrite);
+  {
+    const hdf5::Group all = file.require_group("samples");
+    const std::string name = sample_group_name(step);
+    if (all.contains(name)) all.remove(name);
+    const hdf5::Group group = all.create_group(name);
+    group.write_strings("prompt_text", prompt_texts);
+    group.write_strings("completion_text", completion_texts);
+    group.write_tensor("prompt_tokens", flat_view(prompt_tokens, DType::I32));
+    group.write_tensor("completion_tokens", flat_view(completion_tokens, DType::I32));
+    group.write_tensor("prompt_offsets", flat_view(prompt_offsets, DType::I64));
+    group.write_tensor("completion_offsets", flat_view(completion_offsets, DType::I64));
+    group.write_tensor("rollout_logp", flat_view(rollout_logp, DType::F32));
+    group.write_tensor("train_logp", flat_view(train_logp, DType::F32));
+    group.write_tensor("advantage", flat_view(advantages, DType::F32));
+    group.write_tensor("reward", flat_view(rewards, DType::F64));
+  }
+  file.flush();
+  file.close();
+}
+
+std::vector<SampleRecord> RunFile::samples(int64_t step) const {
+  const hdf5::File file = open_checked(path_, hdf5::File::Access::ReadOnly);
+  const hdf5::Group group = file.group("samples").group(sample_group_name(step));
+  const auto prompt_texts = group.read_strings("prompt_text"), completion_texts = group.read_strings("completion_text");
+  const auto prompt_tokens = read_flat<int32_t>(group, "prompt_tokens", DType::I32);
+  const auto completion_tokens = read_flat<int32_t>(group, "completion_tokens", DType::I32);
+  const auto prompt_offsets = read_flat<int64_t>(group, "prompt_offsets", DType::I64);
+  const auto completion_offsets = read_flat<int64_t>(group, "completion_offsets", DType::I64);
+  const auto rollout_logp = read_flat<float>(group, "rollout_logp", DType::F32);
+  const auto train_logp = read_flat<float>(group, "train_logp", DType::F32);
+  const auto advantages = read_flat<float>(group, "advantage", DType::F32);
+  const auto rewards = read_flat<double>(group, "reward", DType::F64);
+  std::vector<SampleRecord> samples(prompt_texts.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SampleRecord& sample = samples[i];
+    sample.prompt_text = prompt_texts[i];
+    sample.completion_text = completion_texts[i];
+    sample.prompt_tokens.assign(prompt_tokens.begin() + prompt_offsets[i], prompt_tokens.begin() + prompt_offsets[i + 1]);
+    const auto from = completion_offsets[i], to = completion_offsets[i + 1];
+    sample.completion_tokens.assign(completion_tokens.begin() + from, completion_tokens.begin() + to);
+    sample.rollout_logp.assign(rollout_logp.begin() + from, rollout_logp.begin() + to);
+    sample.train_logp.assign(train_logp.begin() + from, train_logp.begin() + to);
+    sample.advantage = advantages[i];
+    sample.reward = rewards[i];
+  }
+  return samples;
+}
+
+std::vector<int64_t> RunFile::sample_steps() const {
+  const hdf5::File file = open_checked(path_, hdf5::File::Access::ReadOnly);
+  std::vector<int64_t> steps;
+  if (!file.contains("samples")) return steps;
+  for (const std::string& name : file.group("samples").dataset_names()) {
+    const size_t slash = name.find('/');
+    const int64_t step = std::stoll(name.substr(5, slash - 5));
+    if (steps.empty() || steps.back() != step) steps.push_back(step);
+  }
+  return steps;
+}
+
 void RunFile::truncate_after(int64_t step) const {
   hdf5::File file = open_checked(path_, hdf5::File::Access::ReadWrite);
+  if (file.contains("samples")) {
+    const hdf5::Group all = file.group("samples");
+    for (const std::string& name : all.dataset_names()) {
+      const std::string group = name.substr(0, name.find('/'));
+      if (std::stoll(group.substr(5)) > step && all.contains(group)) all.remove(group);
+    }
+  }
   {
     const hdf5::Group metrics = file.group("metrics");
     const Column steps = open_column(metrics, kStepColumn);

@@ -6,6 +6,7 @@
 //   /devices          one string per rank
 //   /metrics/step     int64, one row per appended step
 //   /metrics/<name>   float64, same length; NaN where the metric was not recorded
+//   /samples/step_N   rollout samples of some steps (see append_samples)
 //
 // h5py users read a column with `f['metrics/reward_mean'][:]`. Every operation opens the
 // file, works, flushes and closes it, so the file is only open (and only at risk from a
@@ -33,6 +34,16 @@ struct RunInfo {
 
 using MetricValues = std::vector<std::pair<std::string, double>>;
 
+// One rollout sample as the run file keeps it, for the token-level view of a step.
+struct SampleRecord {
+  std::string prompt_text, completion_text;
+  std::vector<int32_t> prompt_tokens, completion_tokens;
+  std::vector<float> rollout_logp;  // per completion token, from the engine
+  std::vector<float> train_logp;    // per completion token, recomputed by the trainer
+  float advantage = 0;
+  double reward = 0;
+};
+
 class RunFile {
  public:
   // A new run file; refuses to overwrite an existing one (a restart reopens it instead).
@@ -51,6 +62,14 @@ class RunFile {
   // For a restart from the checkpoint of `step`: drops the rows of later steps, and the
   // metrics that only those rows recorded, so the table matches an uninterrupted run.
   void truncate_after(int64_t step) const;
+
+  // /samples/step_<8 digits>/: prompt_text, completion_text (strings, one per sample);
+  // prompt_tokens, completion_tokens (I32, all samples end to end) with prompt_offsets,
+  // completion_offsets (I64 [n+1]); rollout_logp, train_logp (F32, aligned with
+  // completion_tokens); advantage (F32 [n]); reward (F64 [n]).
+  void append_samples(int64_t step, const std::vector<SampleRecord>& samples) const;
+  std::vector<SampleRecord> samples(int64_t step) const;
+  std::vector<int64_t> sample_steps() const;
 
   std::vector<int64_t> steps() const;
   std::vector<std::string> metric_names() const;  // without "step", in name order

@@ -72,6 +72,16 @@ PolicyTrainer::Packed PolicyTrainer::pack(const std::vector<TrainSequence>& batc
   return packed;
 }
 
+std::vector<std::vector<float>> PolicyTrainer::per_sequence(const std::vector<TrainSequence>& batch,
+                                                            const Packed& packed, const std::vector<float>& logp) {
+  std::vector<std::vector<float>> result;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const auto first = logp.begin() + packed.cu_seqlens[s] + static_cast<int64_t>(batch[s].prompt.size()) - 1;
+    result.emplace_back(first, first + static_cast<int64_t>(batch[s].completion.size()));
+  }
+  return result;
+}
+
 Tensor PolicyTrainer::forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings) {
   const Tensor logits = transformer_.forward(params_, acts_, packed.ids, packed.cu_seqlens);
   const int64_t T = logits.shape[0];
@@ -136,10 +146,12 @@ TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch
     inputs.global_tokens = sum_over_ranks(static_cast<double>(tokens));
   }
   const PolicyLoss policy = policy_loss(inputs, loss);
+  std::vector<std::vector<float>> sequence_logp = per_sequence(batch, packed, logp);
   TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, lr, step, settings, global);
   // The step's loss: a sum of the ranks' shares, or the mean of the ranks' means.
   result.loss = global ? sum_over_ranks(policy.loss) : sum_over_ranks(policy.loss) / world_size_;
   result.metrics = policy.metrics;
+  result.sequence_logp = std::move(sequence_logp);
   result.tokens = policy.metrics.tokens;
   double sum = 0;
   for (size_t t = 0; t < logp.size(); ++t) sum += packed.mask[t] ? logp[t] : 0.0;

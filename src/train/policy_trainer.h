@@ -31,6 +31,7 @@ struct TrainStepResult {
   int64_t tokens = 0;  // completion tokens that counted
   PolicyLossMetrics metrics;
   double mean_logp = 0;  // over the counted tokens (SFT: minus the cross-entropy)
+  std::vector<std::vector<float>> sequence_logp;  // per sequence, its completion tokens' log-probs
 };
 
 struct PolicyTrainerSettings {
@@ -60,6 +61,8 @@ class PolicyTrainer {
     std::vector<float> old_logp, advantages;
   };
   Packed pack(const std::vector<TrainSequence>& batch) const;
+  static std::vector<std::vector<float>> per_sequence(const std::vector<TrainSequence>& batch, const Packed& packed,
+                                                      const std::vector<float>& logp);
   // Forward and log-probs of every target; returns the logits tensor (kept for backward).
   Tensor forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings);
   // gradients_add_up: each rank's loss is already a share of the global loss (normalised by

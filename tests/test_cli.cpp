@@ -188,3 +188,17 @@ TEST(Cli, RanksSplitTheBatchWithoutChangingTheRun) {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * (1 + std::fabs(a[i]))) << "loss at step " << i + 1;
   }
 }
+
+// With a KL coefficient the trainer runs the frozen initial policy as the reference, and
+// the step records the KL and the policy's entropy.
+TEST(Cli, KlToTheInitialPolicyAndEntropyAreMeasured) {
+  TempDir dir;
+  const auto result =
+      run_command(tandem_cmd(short_run(dir, "kl", 5) + " --grpo.kl-coef=0.05 --grpo.entropy-coef=0.01"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const RunFile run = RunFile::open(dir.path() / "kl" / kRunFileName);
+  const auto kl = run.metric("kl"), entropy = run.metric("entropy");
+  ASSERT_EQ(kl.size(), 5u);
+  EXPECT_GT(kl[3], 0.0);  // step 4: the first GRPO step, after 3 supervised steps moved the policy
+  EXPECT_GT(entropy[3], 0.0);
+}

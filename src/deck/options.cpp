@@ -43,6 +43,9 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.eps-low", Double, "0.2", "", "lower clip of the importance ratio: 1 - eps-low", at_least(0)},
       {"grpo.eps-high", Double, "0.28", "", "upper clip of the importance ratio: 1 + eps-high", at_least(0)},
       {"grpo.loss-aggregation", Choice, "token-mean", "", "how token losses are averaged", {}, {"token-mean", "seq-mean-token-mean", "global-token-sum"}},
+      {"grpo.kl-coef", Double, "0", "", "weight of the KL penalty to the frozen initial policy; 0 = no reference model", at_least(0)},
+      {"grpo.kl-estimator", Choice, "k3", "", "KL estimator on the sampled tokens", {}, {"k1", "k3"}},
+      {"grpo.entropy-coef", Double, "0", "", "weight of the entropy bonus", at_least(0)},
       {"grpo.std-normalisation", Bool, "true", "", "divide advantages by the group's reward std (false: Dr. GRPO)"},
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
 

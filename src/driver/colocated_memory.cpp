@@ -27,17 +27,21 @@ Tensor ColocatedMemory::flat(const Allocation* allocation, DType dtype) const {
   return Tensor::view(allocation->ptr, dtype, pool_.device(), {layout_.slab_elements()});
 }
 
-void ColocatedMemory::initialise_weights(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(layout_.slab_elements()), 0.0f);
+std::vector<float> ColocatedMemory::initial_weights(const ParameterLayout& layout, uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout.slab_elements()), 0.0f);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (const ParameterInfo& info : layout_.tensors()) {
+  for (const ParameterInfo& info : layout.tensors()) {
     float* values = host.data() + info.offset;
     const bool is_norm = info.name.find("norm.weight") != std::string::npos;
     const bool is_bias = info.name.size() > 5 && info.name.compare(info.name.size() - 5, 5, ".bias") == 0;
     for (int64_t i = 0; i < info.numel(); ++i) values[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
   }
-  copy_host_to_tensor(master(), host.data());
+  return host;
+}
+
+void ColocatedMemory::initialise_weights(uint64_t seed) {
+  copy_host_to_tensor(master(), initial_weights(layout_, seed).data());
   rebuild({working_->name});
 }
 

@@ -22,6 +22,8 @@ class ColocatedMemory {
   // Deterministic from the seed (the same on every rank, as data-parallel replicas must
   // be): N(0, 0.02) matrices and embeddings, ones for norm gains, zeros for biases.
   void initialise_weights(uint64_t seed);
+  // The same weights in a host vector: the frozen reference policy of a run from scratch.
+  static std::vector<float> initial_weights(const ParameterLayout& layout, uint64_t seed);
   // Rebuilds the derived allocations the pool names after an onload.
   void rebuild(const std::vector<std::string>& names);
   // Trainer -> engine, in process: the engine's copy is rewritten from the master weights.

@@ -29,7 +29,8 @@ int64_t longest_prompt(const Task& task, const CharTokenizer& tokenizer) {
 
 GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
                    MemoryPool& pool, Communicator& communicator, int rank, int world_size)
-    : task_(make_task(deck)),
+    : pool_(pool),
+      task_(make_task(deck)),
       tokenizer_(std::make_unique<CharTokenizer>(task_->alphabet())),
       prompts_per_step_(deck.get<int64_t>("task.prompts-per-step")),
       group_size_(deck.get<int64_t>("grpo.group-size")),
@@ -53,6 +54,9 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   loss_.eps_low = deck.get<double>("grpo.eps-low");
   loss_.eps_high = deck.get<double>("grpo.eps-high");
   loss_.aggregation = loss_aggregation_from_name(deck.get<std::string>("grpo.loss-aggregation"));
+  loss_.kl_coef = deck.get<double>("grpo.kl-coef");
+  loss_.kl_estimator = kl_estimator_from_name(deck.get<std::string>("grpo.kl-estimator"));
+  loss_.entropy_coef = deck.get<double>("grpo.entropy-coef");
   trainer_settings_.temperature = sampling_.temperature;
   trainer_settings_.max_grad_norm = deck.get<double>("grpo.max-grad-norm");
   trainer_settings_.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.0};
@@ -71,9 +75,19 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
       model, layout, memory.master().ptr<float>(), memory.grads().ptr<float>(), memory.exp_avg().ptr<float>(),
       memory.exp_avg_sq().ptr<float>(), ActivationCapacity{sequences * sequence_tokens, sequences}, communicator,
       world_size);
+  if (loss_.kl_coef != 0) {
+    // The frozen reference is the initial policy, rebuilt from the seed (so a restart gets
+    // the same one), under its own tag: it is trainer memory that never changes.
+    reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(DType::F32), "trainer.reference_weights");
+    const std::vector<float> initial = ColocatedMemory::initial_weights(layout, seed_);
+    std::copy(initial.begin(), initial.end(), static_cast<float*>(reference_->ptr));
+    trainer_->set_reference(static_cast<const float*>(reference_->ptr));
+  }
 }
 
-GrpoStep::~GrpoStep() = default;
+GrpoStep::~GrpoStep() {
+  if (reference_) pool_.release(reference_);
+}
 
 RolloutSummary GrpoStep::rollout(int64_t step) {
   RolloutSummary summary;

@@ -49,6 +49,8 @@ class GrpoStep {
   int32_t vocab_needed() const { return tokenizer_->vocab_size(); }
 
  private:
+  MemoryPool& pool_;
+  Allocation* reference_ = nullptr;  // the frozen initial policy, when the loss has a KL term
   std::unique_ptr<Task> task_;
   std::unique_ptr<CharTokenizer> tokenizer_;
   int32_t bos_ = 0, eos_ = 0;

@@ -252,7 +252,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       // same number of them): means, a sum, a max.
       double sums[] = {rollout.reward_mean, rollout.reward_square_mean, rollout.accuracy, rollout.format_rate,
                        rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
-                       trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens)};
+                       trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
+                       trained.metrics.kl_mean, trained.metrics.entropy_mean};
       MPI_Allreduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm);
       const double ranks = world->size();
       rollout.reward_mean = sums[0] / ranks;
@@ -266,6 +267,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       trained.metrics.clip_fraction_high = sums[6] / ranks;
       trained.metrics.ratio_mean = sums[7] / ranks;
       rollout.generated_tokens = static_cast<int64_t>(sums[8]);
+      trained.metrics.kl_mean = sums[9] / ranks;
+      trained.metrics.entropy_mean = sums[10] / ranks;
       MPI_Allreduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm);
     }
     const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
@@ -283,6 +286,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"clip_fraction_high", trained.metrics.clip_fraction_high});
     metrics.push_back({"ratio_mean", trained.metrics.ratio_mean});
     metrics.push_back({"ratio_max", trained.metrics.ratio_max});
+    metrics.push_back({"kl", trained.metrics.kl_mean});
+    metrics.push_back({"entropy", trained.metrics.entropy_mean});
     metrics.push_back({"rollout_tokens_per_s", rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0});
     metrics.push_back({"train_tokens_per_s", train_seconds > 0 ? trained.tokens / train_seconds : 0.0});
     metrics.push_back({"handoff/bytes", moved});

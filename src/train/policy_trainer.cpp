@@ -82,13 +82,19 @@ std::vector<std::vector<float>> PolicyTrainer::per_sequence(const std::vector<Tr
   return result;
 }
 
-Tensor PolicyTrainer::forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings) {
-  const Tensor logits = transformer_.forward(params_, acts_, packed.ids, packed.cu_seqlens);
+void PolicyTrainer::set_reference(const float* reference) {
+  reference_ = reference ? ParameterSet::bind(layout_, const_cast<float*>(reference), DType::F32) : ParameterSet{};
+}
+
+Tensor PolicyTrainer::forward(const ParameterSet& params, const Packed& packed, std::vector<float>& logp,
+                              std::vector<float>* entropy, const PolicyTrainerSettings& settings) {
+  const Tensor logits = transformer_.forward(params, acts_, packed.ids, packed.cu_seqlens);
   const int64_t T = logits.shape[0];
   workspace_.resize(logprob_workspace_elements(T, config_.vocab, settings.logprob_chunk));
   logp.assign(T, 0.0f);
+  if (entropy) entropy->assign(T, 0.0f);
   chunked_logprobs_forward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
-                           workspace_, logp, {});
+                           workspace_, logp, entropy ? std::span<float>(*entropy) : std::span<float>());
   return logits;
 }
 
@@ -100,10 +106,11 @@ double PolicyTrainer::sum_over_ranks(double value) {
 }
 
 TrainStepResult PolicyTrainer::backward_and_update(const Packed& packed, const Tensor& logits,
-                                                   const std::vector<float>& dlogp, double lr, int64_t step,
+                                                   const std::vector<float>& dlogp,
+                                                   const std::vector<float>& dentropy, double lr, int64_t step,
                                                    const PolicyTrainerSettings& settings, bool gradients_add_up) {
   chunked_logprobs_backward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
-                            workspace_, dlogp, {}, logits);
+                            workspace_, dlogp, dentropy, logits);
   const size_t n = static_cast<size_t>(layout_.slab_elements());
   std::memset(grads_, 0, n * sizeof(float));
   transformer_.backward(params_, grad_params_, acts_, logits);
@@ -131,10 +138,18 @@ TrainStepResult PolicyTrainer::backward_and_update(const Packed& packed, const T
 TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss,
                                          double lr, int64_t step, const PolicyTrainerSettings& settings) {
   const Packed packed = pack(batch);
-  std::vector<float> logp;
-  const Tensor logits = forward(packed, logp, settings);
+  // The reference runs first: the policy's forward must be the last one on the activations.
+  std::vector<float> ref_logp;
+  if (loss.kl_coef != 0) {
+    if (!reference_.layout) throw std::invalid_argument("PolicyTrainer: a KL term needs a reference policy");
+    forward(reference_, packed, ref_logp, nullptr, settings);
+  }
+  std::vector<float> logp, entropy;
+  const Tensor logits = forward(params_, packed, logp, &entropy, settings);
   PolicyLossBatch inputs;
   inputs.logp = logp;
+  inputs.ref_logp = ref_logp;
+  inputs.entropy = entropy;
   inputs.old_logp = packed.old_logp;
   inputs.advantages = packed.advantages;
   inputs.mask = packed.mask;
@@ -147,7 +162,7 @@ TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch
   }
   const PolicyLoss policy = policy_loss(inputs, loss);
   std::vector<std::vector<float>> sequence_logp = per_sequence(batch, packed, logp);
-  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, lr, step, settings, global);
+  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, policy.dentropy, lr, step, settings, global);
   // The step's loss: a sum of the ranks' shares, or the mean of the ranks' means.
   result.loss = global ? sum_over_ranks(policy.loss) : sum_over_ranks(policy.loss) / world_size_;
   result.metrics = policy.metrics;
@@ -163,7 +178,7 @@ TrainStepResult PolicyTrainer::sft_step(const std::vector<TrainSequence>& batch,
                                         const PolicyTrainerSettings& settings) {
   const Packed packed = pack(batch);
   std::vector<float> logp;
-  const Tensor logits = forward(packed, logp, settings);
+  const Tensor logits = forward(params_, packed, logp, nullptr, settings);
   int64_t tokens = 0;
   double sum = 0;
   for (size_t t = 0; t < logp.size(); ++t)
@@ -173,7 +188,7 @@ TrainStepResult PolicyTrainer::sft_step(const std::vector<TrainSequence>& batch,
   std::vector<float> dlogp(logp.size(), 0.0f);
   for (size_t t = 0; t < logp.size(); ++t)
     if (packed.mask[t]) dlogp[t] = static_cast<float>(-1.0 / global_tokens);
-  TrainStepResult result = backward_and_update(packed, logits, dlogp, lr, step, settings, true);
+  TrainStepResult result = backward_and_update(packed, logits, dlogp, {}, lr, step, settings, true);
   result.tokens = tokens;
   result.mean_logp = global_tokens > 0 ? sum_over_ranks(sum) / global_tokens : 0.0;
   result.loss = -result.mean_logp;

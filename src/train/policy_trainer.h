@@ -47,6 +47,9 @@ class PolicyTrainer {
   PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads, float* exp_avg,
                 float* exp_avg_sq, ActivationCapacity capacity, Communicator& communicator, int world_size);
 
+  // The frozen reference policy for the KL term (FP32 slab of the same layout), or null.
+  void set_reference(const float* reference);
+
   // GRPO: loss from policy_loss on the completion tokens.
   TrainStepResult grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss, double lr,
                             int64_t step, const PolicyTrainerSettings& settings);
@@ -64,12 +67,13 @@ class PolicyTrainer {
   static std::vector<std::vector<float>> per_sequence(const std::vector<TrainSequence>& batch, const Packed& packed,
                                                       const std::vector<float>& logp);
   // Forward and log-probs of every target; returns the logits tensor (kept for backward).
-  Tensor forward(const Packed& packed, std::vector<float>& logp, const PolicyTrainerSettings& settings);
+  Tensor forward(const ParameterSet& params, const Packed& packed, std::vector<float>& logp, std::vector<float>* entropy,
+                 const PolicyTrainerSettings& settings);
   // gradients_add_up: each rank's loss is already a share of the global loss (normalised by
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult backward_and_update(const Packed& packed, const Tensor& logits, const std::vector<float>& dlogp,
-                                      double lr, int64_t step, const PolicyTrainerSettings& settings,
-                                      bool gradients_add_up);
+                                      const std::vector<float>& dentropy, double lr, int64_t step,
+                                      const PolicyTrainerSettings& settings, bool gradients_add_up);
   double sum_over_ranks(double value);
 
   ModelConfig config_;
@@ -78,7 +82,7 @@ class PolicyTrainer {
   float* grads_;
   float* exp_avg_;
   float* exp_avg_sq_;
-  ParameterSet params_, grad_params_;
+  ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
   std::vector<std::byte> activation_storage_;
   Activations acts_;

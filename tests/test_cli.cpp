@@ -202,3 +202,14 @@ TEST(Cli, KlToTheInitialPolicyAndEntropyAreMeasured) {
   EXPECT_GT(kl[3], 0.0);  // step 4: the first GRPO step, after 3 supervised steps moved the policy
   EXPECT_GT(entropy[3], 0.0);
 }
+
+TEST(Cli, CountdownDeckRuns) {
+  TempDir dir;
+  const auto result = run_command(tandem_cmd((tandem::testing::source_dir() / "inputs/countdown-tiny.deck").string() +
+                                             " --run.output-dir=" + dir.path().string() +
+                                             " --run.steps=3 --sft.steps=1 --model.layers=1"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("rl  3/3"), std::string::npos) << result.output;
+  const RunFile run = RunFile::open(dir.path() / "countdown-tiny" / kRunFileName);
+  EXPECT_EQ(run.steps().size(), 3u);
+}

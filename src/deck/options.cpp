@@ -30,8 +30,11 @@ const std::vector<OptionSpec>& tandem_options() {
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
 
-      {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic"}},
+      {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic", "countdown"}},
       {"task.digits", Int, "1", "", "digits of each arithmetic operand", between(1, 9)},
+      {"task.numbers", Int, "3", "", "numbers given in each countdown puzzle", between(2, 6)},
+      {"task.max-number", Int, "20", "", "largest number a countdown puzzle gives", at_least(1)},
+      {"task.max-target", Int, "100", "", "largest countdown target", at_least(1)},
       {"task.operations", String, "+", "", "arithmetic operations to draw from, a subset of +-*"},
       {"task.prompts-per-step", Int, "16", "prompts", "prompts each rank samples per step", at_least(1)},
 

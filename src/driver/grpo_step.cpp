@@ -5,12 +5,22 @@
 
 #include "driver/colocated_memory.h"
 #include "tasks/arithmetic_task.h"
+#include "tasks/countdown_task.h"
 
 namespace tandem {
 
 namespace {
 
 std::unique_ptr<Task> make_task(const Deck& deck) {
+  if (deck.get<std::string>("task.name") == "countdown") {
+    CountdownSettings settings;
+    settings.seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+    settings.numbers = static_cast<int>(deck.get<int64_t>("task.numbers"));
+    settings.max_number = deck.get<int64_t>("task.max-number");
+    settings.max_target = deck.get<int64_t>("task.max-target");
+    settings.style = PromptStyle::Compact;
+    return std::make_unique<CountdownTask>(settings);
+  }
   ArithmeticSettings settings;
   settings.seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
   settings.digits = static_cast<int>(deck.get<int64_t>("task.digits"));

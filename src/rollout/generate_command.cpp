@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "deck/command_flags.h"
 #include "model/cpu_ops.h"
 #include "model/hf_import.h"
 #include "model/parameters.h"
@@ -67,17 +68,7 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
       ("ids", po::bool_switch(), "also print the generated token ids")
       ("help", "print this help");
   po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), flags);
-    if (flags.count("help")) {
-      out << options;
-      return 0;
-    }
-    po::notify(flags);
-  } catch (const po::error& e) {
-    err << "tandem generate: " << e.what() << "\n" << options;
-    return 2;
-  }
+  if (const auto status = parse_command_flags("generate", argc, argv, options, flags, out, err)) return *status;
 
   try {
     const std::filesystem::path model_dir = flags["model"].as<std::string>();

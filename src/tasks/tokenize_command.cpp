@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "deck/command_flags.h"
 #include "tasks/tokenizer.h"
 
 namespace tandem {
@@ -43,17 +44,7 @@ int tokenize_command(int argc, char** argv, std::istream& in, std::ostream& out,
       ("decode", po::bool_switch(), "read ids, print text")
       ("help", "print this help");
   po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), flags);
-    if (flags.count("help")) {
-      out << options;
-      return 0;
-    }
-    po::notify(flags);
-  } catch (const po::error& e) {
-    err << "tandem tokenize: " << e.what() << "\n" << options;
-    return 2;
-  }
+  if (const auto status = parse_command_flags("tokenize", argc, argv, options, flags, out, err)) return *status;
 
   try {
     const auto tokenizer = load_tokenizer(flags["tokenizer"].as<std::string>());

@@ -81,10 +81,12 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   const Tensor engine_weights = memory.engine_weights();
   engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, DType::F32), engine_ops_,
                                      attention_, pool, options, tokenizer_.get());
-  trainer_ = std::make_unique<PolicyTrainer>(
-      model, layout, memory.master().ptr<float>(), memory.grads().ptr<float>(), memory.exp_avg().ptr<float>(),
-      memory.exp_avg_sq().ptr<float>(), ActivationCapacity{sequences * sequence_tokens, sequences}, communicator,
-      world_size);
+  // Transient: the handoffs drop them between train phases instead of copying them.
+  const ActivationCapacity capacity{sequences * sequence_tokens, sequences};
+  activations_ = pool.allocate(tags::activations, Activations::slab_bytes(model, capacity, DType::F32), "trainer.activations");
+  trainer_ = std::make_unique<PolicyTrainer>(model, layout, memory.master().ptr<float>(), memory.grads().ptr<float>(),
+                                             memory.exp_avg().ptr<float>(), memory.exp_avg_sq().ptr<float>(),
+                                             activations_->ptr, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
     // The frozen reference is the initial policy, rebuilt from the seed (so a restart gets
     // the same one), under its own tag: it is trainer memory that never changes.
@@ -96,6 +98,9 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
 }
 
 GrpoStep::~GrpoStep() {
+  engine_.reset();  // its KV cache is pool memory too
+  trainer_.reset();
+  pool_.release(activations_);
   if (reference_) pool_.release(reference_);
 }
 

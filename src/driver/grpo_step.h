@@ -51,6 +51,7 @@ class GrpoStep {
  private:
   MemoryPool& pool_;
   Allocation* reference_ = nullptr;  // the frozen initial policy, when the loss has a KL term
+  Allocation* activations_ = nullptr;
   std::unique_ptr<Task> task_;
   std::unique_ptr<CharTokenizer> tokenizer_;
   int32_t bos_ = 0, eos_ = 0;

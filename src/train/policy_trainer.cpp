@@ -10,18 +10,9 @@
 
 namespace tandem {
 
-namespace {
-size_t aligned_activation_bytes(const ModelConfig& config, ActivationCapacity capacity) {
-  return Activations::slab_bytes(config, capacity, DType::F32) + 256;
-}
-void* align256(std::vector<std::byte>& storage) {
-  auto address = reinterpret_cast<uintptr_t>(storage.data());
-  return storage.data() + ((256 - address % 256) % 256);
-}
-}  // namespace
 
 PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads,
-                             float* exp_avg, float* exp_avg_sq, ActivationCapacity capacity,
+                             float* exp_avg, float* exp_avg_sq, void* activations, ActivationCapacity capacity,
                              Communicator& communicator, int world_size)
     : config_(config),
       layout_(layout),
@@ -32,8 +23,7 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
       params_(ParameterSet::bind(layout, master, DType::F32)),
       grad_params_(ParameterSet::bind(layout, grads, DType::F32)),
       capacity_(capacity),
-      activation_storage_(aligned_activation_bytes(config, capacity)),
-      acts_(Activations::bind(config, capacity, align256(activation_storage_), DType::F32)),
+      acts_(Activations::bind(config, capacity, activations, DType::F32)),
       transformer_(config_, ops_),
       communicator_(communicator),
       world_size_(world_size) {}

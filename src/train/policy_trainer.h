@@ -43,9 +43,11 @@ struct PolicyTrainerSettings {
 
 class PolicyTrainer {
  public:
-  // master, grads, exp_avg, exp_avg_sq: FP32 host slabs laid out by `layout`.
+  // master, grads, exp_avg, exp_avg_sq: FP32 host slabs laid out by `layout`;
+  // activations: Activations::slab_bytes(config, capacity, F32) bytes, 256-byte aligned.
   PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads, float* exp_avg,
-                float* exp_avg_sq, ActivationCapacity capacity, Communicator& communicator, int world_size);
+                float* exp_avg_sq, void* activations, ActivationCapacity capacity, Communicator& communicator,
+                int world_size);
 
   // The frozen reference policy for the KL term (FP32 slab of the same layout), or null.
   void set_reference(const float* reference);
@@ -84,7 +86,6 @@ class PolicyTrainer {
   float* exp_avg_sq_;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
-  std::vector<std::byte> activation_storage_;
   Activations acts_;
   CpuOps ops_;
   Transformer transformer_;

@@ -213,3 +213,12 @@ TEST(Cli, CountdownDeckRuns) {
   const RunFile run = RunFile::open(dir.path() / "countdown-tiny" / kRunFileName);
   EXPECT_EQ(run.steps().size(), 3u);
 }
+
+TEST(Cli, KvCacheCanBeAFractionOfFreeMemory) {
+  TempDir dir;
+  const auto result = run_command(tandem_cmd(short_run(dir, "kv", 1) + " --rollout.kv-cache-fraction=0.001"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("(0.001 of free memory)"), std::string::npos) << result.output;
+  const auto bad = run_command(tandem_cmd("--check --rollout.kv-cache-fraction=2"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}

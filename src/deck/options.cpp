@@ -29,6 +29,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
+      {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
 
       {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic", "countdown"}},
       {"task.digits", Int, "1", "", "digits of each arithmetic operand", between(1, 9)},

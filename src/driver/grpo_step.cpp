@@ -6,6 +6,8 @@
 #include "driver/colocated_memory.h"
 #include "tasks/arithmetic_task.h"
 #include "tasks/countdown_task.h"
+#include "world/gpu.h"
+#include "world/host_memory.h"
 
 namespace tandem {
 
@@ -36,6 +38,13 @@ int64_t longest_prompt(const Task& task, const CharTokenizer& tokenizer) {
 }
 
 }  // namespace
+
+size_t kv_cache_bytes(const Deck& deck, Device device) {
+  const double fraction = deck.get<double>("rollout.kv-cache-fraction");
+  if (fraction <= 0) return deck.get<Bytes>("rollout.kv-cache").value;
+  const size_t free = device == Device::CUDA ? gpu_free_memory() : available_host_memory();
+  return static_cast<size_t>(fraction * static_cast<double>(free));
+}
 
 GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
                    MemoryPool& pool, Communicator& communicator, int rank, int world_size)
@@ -74,7 +83,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   const int64_t sequence_tokens = longest_prompt(*task_, *tokenizer_) + sampling_.max_new_tokens;
   const int64_t sequences = prompts_per_step_ * group_size_;
   EngineOptions options;
-  options.kv_cache_bytes = deck.get<Bytes>("rollout.kv-cache").value;
+  options.kv_cache_bytes = kv_cache_bytes(deck, pool.device());
   options.max_running = static_cast<int>(sequences);
   options.max_sequence_length = sequence_tokens;
   options.dtype = DType::F32;

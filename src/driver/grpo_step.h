@@ -22,6 +22,10 @@ namespace tandem {
 
 class ColocatedMemory;
 
+// The engine's KV cache: rollout.kv-cache bytes, or rollout.kv-cache-fraction of the free
+// memory of the device (the GPU's, or the host's MemAvailable on the CPU backend).
+size_t kv_cache_bytes(const Deck& deck, Device device);
+
 struct RolloutSummary {
   std::vector<TrainSequence> sequences;   // prompt, completion, rollout log-probs, advantage
   std::vector<TrainSequence> references;  // each prompt with the task's own answer (for SFT)

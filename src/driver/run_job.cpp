@@ -69,7 +69,10 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"master weights + AdamW (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
   rows.push_back({"working + engine copies", format_bytes(2.0 * layout.slab_bytes(working_dtype))});
-  rows.push_back({"KV cache", format_bytes(deck.get<Bytes>("rollout.kv-cache").value)});
+  rows.push_back({"KV cache", format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
+                                  (deck.get<double>("rollout.kv-cache-fraction") > 0
+                                       ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
+                                       : "")});
   rows.push_back({"offload", "train " + deck.text("memory.offload-train") + ", rollout " + deck.text("memory.offload-rollout") +
                                  " (" + deck.text("memory.offload-rollout-level") + "), peak on " +
                                  deck.text("memory.colocate-memory-peak-device")});

@@ -43,8 +43,14 @@ GpuInfo gpu_info(int device) {
   else info.total_bytes = properties.totalGlobalMem;
   return info;
 }
+size_t gpu_free_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return free_bytes;
+}
 #else
 int gpu_count() { return 0; }
+size_t gpu_free_memory() { throw std::runtime_error("this tandem was built without CUDA"); }
 void bind_gpu(int) { throw std::runtime_error("this tandem was built without CUDA"); }
 GpuInfo gpu_info(int) { throw std::runtime_error("this tandem was built without CUDA"); }
 #endif

@@ -15,5 +15,6 @@ struct GpuInfo {
   int major = 0, minor = 0;
 };
 GpuInfo gpu_info(int device);
+size_t gpu_free_memory();  // of the GPU this thread is bound to
 
 }  // namespace tandem

@@ -100,8 +100,7 @@ class TaggedMemoryPool final : public MemoryPool {
 
   const void* readable_data(const Allocation* allocation) const override {
     std::lock_guard lock(mutex_);
-    const auto found = std::find_if(records_.begin(), records_.end(),
-                                    [&](const auto& record) { return &record->allocation == allocation; });
+    const auto found = find_record(allocation);
     if (found == records_.end())
       throw std::invalid_argument("memory pool " + label() + ": readable_data of an unknown allocation");
     switch (allocation->residency) {
@@ -115,8 +114,7 @@ class TaggedMemoryPool final : public MemoryPool {
 
   void release(Allocation* allocation) override {
     std::lock_guard lock(mutex_);
-    const auto found = std::find_if(records_.begin(), records_.end(),
-                                    [&](const auto& record) { return &record->allocation == allocation; });
+    const auto found = find_record(allocation);
     if (found == records_.end()) {
       char address[32];
       std::snprintf(address, sizeof address, "%p", static_cast<void*>(allocation));
@@ -259,6 +257,11 @@ class TaggedMemoryPool final : public MemoryPool {
 
  private:
   std::string label() const { return backend_->device_label(); }
+
+  std::vector<std::unique_ptr<Record>>::const_iterator find_record(const Allocation* allocation) const {
+    return std::find_if(records_.begin(), records_.end(),
+                        [&](const auto& record) { return &record->allocation == allocation; });
+  }
 
   static std::string describe(const Allocation& allocation) {
     return "'" + allocation.name + "' (tag " + tag_name(allocation.tag) + ", " + bytes_text(allocation.bytes) + ")";

@@ -11,13 +11,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "mma.cuh"
 #include "model/op_args.h"
 
 namespace tandem::cuda {
 
 namespace {
-
-using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -193,47 +192,18 @@ __global__ void __launch_bounds__(kScalarThreads)
 // rows (dk/dv) and streams the other side through shared memory in tiles of 64 rows,
 // double-buffered with cp.async. Each of the 4 warps owns 16 of the block's rows, so every
 // row statistic and accumulator stays in that warp's registers.
-//
-// mma.sync m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
-// g = lane/4 and c = lane%4: an FP32 accumulator tile holds rows g (elements 0,1) and g+8
-// (elements 2,3), columns 2c and 2c+1. Two neighbouring accumulator tiles, rounded to
-// BF16, are exactly the A operand of the next product, so P and dS never leave registers.
+// Fragment layout and the PTX wrappers: mma.cuh.
 
 constexpr int kTile = 64;
 constexpr int kWarps = kTile / 16;
 constexpr int kThreads = kWarps * 32;
 
-// Shared-memory rows are padded by 16 bytes: the 8 rows one ldmatrix phase reads then
-// start in 8 different bank quads.
 template <int D>
 struct TileLayout {
-  static constexpr int stride = D + 8;
+  static constexpr int stride = kPaddedStride<D>;
   static constexpr int elements = kTile * stride;
   static constexpr int bytes = elements * 2;
 };
-
-__device__ inline unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-// 16 bytes global -> shared without passing through registers; with `fill` false nothing is
-// read and the destination is zeroed.
-__device__ inline void copy_async_16(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
-}
-
-__device__ inline void copy_async_4(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(fill ? 4 : 0)
-               : "memory");
-}
-
-__device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int pending>
-__device__ inline void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
-}
 
 // Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
 // shared memory; rows past `rows` are zeroed so that they add nothing to any product.
@@ -245,53 +215,6 @@ __device__ void load_tile(bf16* tile, const bf16* src, int64_t row_stride, int r
     const bool inside = row < rows;
     copy_async_16(tile + row * TileLayout<D>::stride + col, inside ? src + row * row_stride + col : src, inside);
   }
-}
-
-__device__ inline void ldmatrix_x4(unsigned (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-__device__ inline void ldmatrix_x4_trans(unsigned (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-// The A operand (16×16, row-major) at rows [row0, row0+16), columns [col0, col0+16).
-template <int D>
-__device__ inline void load_a(unsigned (&a)[4], const bf16* tile, int row0, int col0, int lane) {
-  ldmatrix_x4(a, tile + (row0 + (lane & 15)) * TileLayout<D>::stride + col0 + (lane >> 4) * 8);
-}
-
-// B operands (16×8) of the two n-tiles n0 and n0+8 over k in [k0, k0+16), b[0..1] and
-// b[2..3], when the tile stores Bᵀ: one row per n (K in Q·Kᵀ).
-template <int D>
-__device__ inline void load_b_rows_n(unsigned (&b)[4], const bf16* tile, int n0, int k0, int lane) {
-  ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * TileLayout<D>::stride + k0 + ((lane >> 3) & 1) * 8);
-}
-
-// The same operands when the tile stores B itself: one row per k (V in P·V).
-template <int D>
-__device__ inline void load_b_rows_k(unsigned (&b)[4], const bf16* tile, int k0, int n0, int lane) {
-  ldmatrix_x4_trans(b, tile + (k0 + (lane & 15)) * TileLayout<D>::stride + n0 + (lane >> 4) * 8);
-}
-
-// c += a · b on one 16×8 tile.
-__device__ inline void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline unsigned pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&pair);
 }
 
 // The warp's 16×kTile FP32 accumulator tiles rounded to BF16 A operands, one per 16

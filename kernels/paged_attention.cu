@@ -1,0 +1,678 @@
+#include "paged_attention.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "mma.cuh"
+#include "model/op_args.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 64;      // keys per shared-memory stage; split ranges are whole chunks
+constexpr int kMaxSplits = 32;
+constexpr int kScalarMaxHeadDim = 256;
+
+struct Geometry {
+  int tokens, sequences, heads, kv_heads, head_dim;
+  int max_blocks, block_size;
+  int64_t cache_blocks;  // whole blocks the cache holds
+  int slice_heads;       // query heads per block (tensor-core path): a kv head's group, or part of it
+  int slices;            // blocks per kv head's group
+  int per_tile;          // queries per block (tensor-core path)
+  int splits;
+  float scale;
+};
+
+// ---------------------------------------------------------------------------------------
+// Device helpers: a sequence's place in the batch, clamped into the tensors.
+
+struct Sequence {
+  int start, queries, context;  // first new token, new tokens, cached tokens
+};
+
+__device__ inline Sequence sequence_at(const int* cu_queries, const int* context_lens, const Geometry& geo, int b) {
+  const int start = min(max(cu_queries[b], 0), geo.tokens);
+  const int end = min(max(cu_queries[b + 1], start), geo.tokens);
+  const int context = min(max(context_lens[b], 0), geo.max_blocks * geo.block_size);
+  return {start, end - start, context};
+}
+
+// The last sequence whose first new token is at or before token t.
+__device__ inline int sequence_of(const int* cu_queries, int sequences, int t) {
+  int lo = 0, hi = sequences;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cu_queries[mid] <= t) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Keys [0, context) in `splits` ranges of equal length, rounded up to whole chunks; a
+// short context uses fewer ranges ("active"), so blocks of the others exit at once.
+__device__ inline int split_length(int context, int splits) {
+  const int share = (context + splits - 1) / splits;
+  return (share + kChunk - 1) / kChunk * kChunk;
+}
+
+__device__ inline int active_splits(int context, int splits) {
+  const int length = split_length(context, splits);
+  return length > 0 ? (context + length - 1) / length : 0;
+}
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ inline void store(float* p, float x) { *p = x; }
+__device__ inline void store(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+__device__ inline float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------
+// store: one thread per `Unit` of a row (16 bytes when rows and pointers allow).
+
+template <class Unit>
+__global__ void store_rows(Unit* key_cache, Unit* value_cache, const Unit* k, const Unit* v, const int* slots,
+                           int tokens, int64_t rows, int units_per_row) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(tokens) * units_per_row) return;
+  const int64_t slot = slots[i / units_per_row];
+  if (slot < 0 || slot >= rows) return;
+  const int64_t dst = slot * units_per_row + i % units_per_row;
+  key_cache[dst] = k[i];
+  value_cache[dst] = v[i];
+}
+
+// ---------------------------------------------------------------------------------------
+// Scalar path: one warp per (token, head), lanes holding head dims lane, lane+32, ...,
+// online softmax over the keys in order. No split: this path serves F32 (tests, CPU
+// parity) and head sizes the tensor-core tiles do not cover.
+
+constexpr int kLaneDims = kScalarMaxHeadDim / 32;
+
+template <class Element>
+__global__ void __launch_bounds__(kThreads)
+    attend_rows(Element* out, const Element* q, const Element* key_cache, const Element* value_cache,
+                const int* cu_queries, const int* context_lens, const int* block_tables, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
+  const int t = static_cast<int>(row / geo.heads), h = static_cast<int>(row % geo.heads);
+  const int b = sequence_of(cu_queries, geo.sequences, t);
+  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
+  if (t < seq.start || t >= seq.start + seq.queries) return;
+  const int D = geo.head_dim, kv_head = h / (geo.heads / geo.kv_heads);
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int keys = min(seq.context - seq.queries + (t - seq.start) + 1, seq.context);  // causal, up to itself
+  const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
+
+  float qi[kLaneDims], acc[kLaneDims] = {};
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) qi[i] = lane + 32 * i < D ? to_float(q[t * q_stride + h * D + lane + 32 * i]) : 0.f;
+  float max = -INFINITY, sum = 0;
+  for (int j = 0; j < keys; ++j) {
+    const int block = table[j / geo.block_size];
+    if (block < 0 || block >= geo.cache_blocks) continue;
+    const int64_t offset = (static_cast<int64_t>(block) * geo.block_size + j % geo.block_size) * kv_stride + kv_head * D;
+    float dot = 0;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      if (lane + 32 * i < D) dot += qi[i] * to_float(key_cache[offset + lane + 32 * i]);
+    const float score = warp_sum(dot) * geo.scale;
+    const float new_max = fmaxf(max, score);
+    const float correction = expf(max - new_max), p = expf(score - new_max);
+    sum = sum * correction + p;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      acc[i] = acc[i] * correction + (lane + 32 * i < D ? p * to_float(value_cache[offset + lane + 32 * i]) : 0.f);
+    max = new_max;
+  }
+  const float inverse = sum > 0 ? 1.f / sum : 0.f;
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    if (lane + 32 * i < D) store(out + t * q_stride + h * D + lane + 32 * i, acc[i] * inverse);
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core path (BF16). Block (tile, kv head slice, split) holds the rows (query, head)
+// of up to per_tile queries of one sequence times slice_heads heads of one GQA group, at
+// most 16·RowTiles rows, and streams the split's keys through shared memory in chunks of
+// kChunk rows gathered through the block table. Warps own 16 rows and a share of every
+// chunk's 16-key sub-tiles, each with its own online softmax; at the end the warps'
+// states meet in shared memory, and the block writes either the output (one active
+// split) or an FP32 partial result and its log-sum-exp for combine_splits.
+
+struct Tile {
+  int sequence;
+  Sequence seq;
+  int first_query;  // within the sequence
+  int queries;      // in this tile
+};
+
+__device__ inline Tile tile_at(const int* cu_queries, const int* context_lens, const Geometry& geo, int b, int index) {
+  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
+  const int first = index * geo.per_tile;
+  return {b, seq, first, max(min(geo.per_tile, seq.queries - first), 0)};
+}
+
+// Maps a flat block index onto (sequence, tile) from cu_queries on the device: the grid
+// is an upper bound on the tile count, and blocks past the last tile get false. A decode
+// step (one query per sequence, known from T == B) maps directly; otherwise warp 0 scans
+// 32 sequences at a time and all threads get the answer.
+__device__ bool find_tile(const int* cu_queries, const int* context_lens, const Geometry& geo, int index, Tile& found) {
+  if (geo.tokens == geo.sequences) {
+    found = tile_at(cu_queries, context_lens, geo, index, 0);
+    return true;
+  }
+  __shared__ Tile slot;
+  __shared__ bool hit;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int before = 0;  // tiles of the sequences already scanned
+    bool any = false;
+    for (int base = 0; base < geo.sequences && !any; base += 32) {
+      const int s = base + lane;
+      int tiles = 0;
+      if (s < geo.sequences) {
+        const int start = min(max(cu_queries[s], 0), geo.tokens);
+        const int length = min(max(cu_queries[s + 1], start), geo.tokens) - start;
+        tiles = (length + geo.per_tile - 1) / geo.per_tile;
+      }
+      int through = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int lower = __shfl_up_sync(kFullMask, through, offset);
+        if (lane >= offset) through += lower;
+      }
+      const int first = before + through - tiles;
+      const bool mine = index >= first && index < first + tiles;
+      if (mine) slot = tile_at(cu_queries, context_lens, geo, s, index - first);
+      any = __ballot_sync(kFullMask, mine) != 0;
+      before += __shfl_sync(kFullMask, through, 31);
+    }
+    if (lane == 0) hit = any;
+  }
+  __syncthreads();
+  found = slot;
+  return hit;
+}
+
+template <int D, int RowTiles>
+struct TileShared {
+  static constexpr int stride = kPaddedStride<D>;
+  static constexpr int q_elements = 16 * RowTiles * stride;
+  static constexpr int chunk_elements = kChunk * stride;
+  static constexpr int bytes = (q_elements + 4 * chunk_elements) * 2;  // Q; K and V twice
+  // After the key loop the K/V chunks hold each warp's state: [warp][16 rows][state_stride]
+  // FP32 output rows, then [warp][16] maxima and sums.
+  static constexpr int state_stride = D + 8;
+  static_assert((kWarps * 16 * state_stride + 2 * kWarps * 16) * 4 <= 4 * chunk_elements * 2);
+};
+
+template <int D, int RowTiles>
+__global__ void __launch_bounds__(kThreads)
+    attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
+                 const bf16* value_cache, const int* cu_queries, const int* context_lens, const int* block_tables,
+                 Geometry geo) {
+  using Shared = TileShared<D, RowTiles>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  Tile tile;
+  if (!find_tile(cu_queries, context_lens, geo, blockIdx.x, tile)) return;
+  const int group = geo.heads / geo.kv_heads, kv_head = blockIdx.y / geo.slices, slice = blockIdx.y % geo.slices;
+  const int head0 = kv_head * group + slice * geo.slice_heads;
+  const int slice_heads = min(geo.slice_heads, group - slice * geo.slice_heads);
+  const int rows = tile.queries * slice_heads;  // row r: query r / slice_heads, head head0 + r % slice_heads
+  const int first_position = tile.seq.context - tile.seq.queries + tile.first_query;
+  const int split_keys = split_length(tile.seq.context, geo.splits);
+  const int active = active_splits(tile.seq.context, geo.splits), split = blockIdx.z;
+  if (split >= active || rows == 0) return;
+  const int key_begin = split * split_keys;
+  const int key_end = min(min(key_begin + split_keys, tile.seq.context), first_position + tile.queries);
+  const int chunks = key_end > key_begin ? (key_end - key_begin + kChunk - 1) / kChunk : 0;
+
+  // Many rows: warps split them (prefill); few: warps split each chunk's keys (decode).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_tiles = RowTiles == 1 || rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+  const int key_groups = kWarps / row_tiles, row_tile = warp % row_tiles, key_group = warp / row_tiles;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const float scale_log2 = geo.scale * kLog2e;
+
+  bf16* q_tile = reinterpret_cast<bf16*>(shared);
+  bf16* k_chunks = q_tile + Shared::q_elements;
+  bf16* v_chunks = k_chunks + 2 * Shared::chunk_elements;
+  const int* table = block_tables + static_cast<int64_t>(tile.sequence) * geo.max_blocks;
+  // Keys [key_begin + n·kChunk, +kChunk) into stage `stage`; keys past key_end and
+  // blocks outside the cache are zeroed.
+  const auto load_chunk = [&](int n, int stage) {
+    constexpr int per_row = D / 8;
+    const int key0 = key_begin + n * kChunk;
+#pragma unroll
+    for (int i = 0; i < kChunk * per_row / kThreads; ++i) {
+      const int c = threadIdx.x + i * kThreads, r = c / per_row, col = (c % per_row) * 8, key = key0 + r;
+      const int block = key < key_end ? table[key / geo.block_size] : -1;
+      const bool inside = block >= 0 && block < geo.cache_blocks;
+      const int64_t offset =
+          inside ? (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D + col
+                 : 0;
+      const int at = stage * Shared::chunk_elements + r * Shared::stride + col;
+      copy_async_16(k_chunks + at, key_cache + offset, inside);
+      copy_async_16(v_chunks + at, value_cache + offset, inside);
+    }
+    copy_async_commit();
+  };
+
+  float o[D / 8][4] = {};
+  // Per row (g and g+8 of the warp's 16): running max of the scores in log2 units and
+  // this lane's share of the running sum of exponentials.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  int position[2];  // of the row's query; rows past the tile see no key
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row_tile * 16 + lane / 4 + 8 * half;
+    position[half] = r < rows ? first_position + r / slice_heads : -1;
+  }
+  if (chunks > 0) {
+    for (int c = threadIdx.x; c < 16 * RowTiles * (D / 8); c += kThreads) {
+      const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+      const bool inside = r < rows;
+      const int64_t token = tile.seq.start + tile.first_query + r / slice_heads;
+      copy_async_16(q_tile + r * Shared::stride + col,
+                    inside ? q + token * q_stride + (head0 + r % slice_heads) * D + col : q, inside);
+    }
+    load_chunk(0, 0);  // one group with Q
+  }
+  unsigned q_frag[D / 16][4];
+  for (int n = 0; n < chunks; ++n) {
+    const int stage = n & 1;
+    if (n + 1 < chunks) {
+      load_chunk(n + 1, stage ^ 1);
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    if (n == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, row_tile * 16, kk * 16, lane);
+    }
+    const bf16* keys = k_chunks + stage * Shared::chunk_elements;
+    const bf16* values = v_chunks + stage * Shared::chunk_elements;
+    for (int sub = key_group; sub < kChunk / 16; sub += key_groups) {
+      float s[2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        unsigned b[4];
+        load_b_rows_n<D>(b, keys, sub * 16, kk * 16, lane);
+        mma(s[0], q_frag[kk], b[0], b[1]);
+        mma(s[1], q_frag[kk], b[2], b[3]);
+      }
+      const int key_base = key_begin + n * kChunk + sub * 16 + 2 * (lane % 4);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key_base + nt * 8 + e;
+            float& x = s[nt][2 * half + e];
+            x = key < key_end && key <= position[half] ? x * scale_log2 : -INFINITY;
+            tile_max = fmaxf(tile_max, x);
+          }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+        const float new_max = fmaxf(row_max[half], tile_max);
+        // A row that has seen no key yet keeps max -inf: subtract 0 instead, so that its
+        // exponentials are exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        const float correction = exp2f(row_max[half] - base);
+        row_max[half] = new_max;
+        float sum = 0;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2f(s[nt][2 * half + e] - base);
+            s[nt][2 * half + e] = p;
+            sum += p;
+          }
+        row_sum[half] = row_sum[half] * correction + sum;
+#pragma unroll
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          o[n8][2 * half] *= correction;
+          o[n8][2 * half + 1] *= correction;
+        }
+      }
+      const unsigned p[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
+                             pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+      for (int n16 = 0; n16 < D / 16; ++n16) {
+        unsigned b[4];
+        load_b_rows_k<D>(b, values, sub * 16, n16 * 16, lane);
+        mma(o[2 * n16], p, b[0], b[1]);
+        mma(o[2 * n16 + 1], p, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch, or the states below, overwrite this stage
+  }
+
+  float* state = reinterpret_cast<float*>(k_chunks);
+  float* state_max = state + kWarps * 16 * Shared::state_stride;
+  float* state_sum = state_max + kWarps * 16;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = warp * 16 + lane / 4 + 8 * half;
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+#pragma unroll
+    for (int n8 = 0; n8 < D / 8; ++n8)
+      *reinterpret_cast<float2*>(state + r * Shared::state_stride + n8 * 8 + 2 * (lane % 4)) =
+          make_float2(o[n8][2 * half], o[n8][2 * half + 1]);
+    if (lane % 4 == 0) {
+      state_max[r] = row_max[half];
+      state_sum[r] = sum;
+    }
+  }
+  __syncthreads();
+
+  // Row r's state is spread over the warps of its row tile, one per key group.
+  for (int e = threadIdx.x; e < rows * D; e += kThreads) {
+    const int r = e / D, d = e % D, local = r % 16;
+    float best = -INFINITY;
+    for (int g = 0; g < key_groups; ++g) best = fmaxf(best, state_max[(r / 16 + g * row_tiles) * 16 + local]);
+    const float base = best == -INFINITY ? 0.f : best;
+    float sum = 0, value = 0;
+    for (int g = 0; g < key_groups; ++g) {
+      const int w = (r / 16 + g * row_tiles) * 16 + local;
+      const float weight = exp2f(state_max[w] - base);
+      sum += weight * state_sum[w];
+      value += weight * state[w * Shared::state_stride + d];
+    }
+    const float inverse = sum > 0 ? 1.f / sum : 0.f;
+    const int64_t token = tile.seq.start + tile.first_query + r / slice_heads;
+    const int head = head0 + r % slice_heads;
+    if (active == 1) {
+      out[token * q_stride + head * D + d] = __float2bfloat16_rn(value * inverse);
+    } else {
+      const int64_t partial_row = (static_cast<int64_t>(split) * geo.tokens + token) * geo.heads + head;
+      partial_out[partial_row * D + d] = value * inverse;
+      if (d == 0) partial_lse[partial_row] = sum > 0 ? best + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+// One warp per (token, head) of a sequence with more than one active split: the splits'
+// normalised partial outputs weighted by their share of the softmax sum.
+__global__ void __launch_bounds__(kThreads)
+    combine_splits(bf16* out, const float* partial_out, const float* partial_lse, const int* cu_queries,
+                   const int* context_lens, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
+  const int t = static_cast<int>(row / geo.heads);
+  const int b = sequence_of(cu_queries, geo.sequences, t);
+  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
+  const int active = active_splits(seq.context, geo.splits);
+  if (active <= 1 || t < seq.start || t >= seq.start + seq.queries) return;
+  const int64_t split_rows = static_cast<int64_t>(geo.tokens) * geo.heads;
+  float best = -INFINITY;
+  for (int s = 0; s < active; ++s) best = fmaxf(best, partial_lse[s * split_rows + row]);
+  const float base = best == -INFINITY ? 0.f : best;
+  float sum = 0;
+  for (int s = 0; s < active; ++s) sum += exp2f(partial_lse[s * split_rows + row] - base);
+  const float inverse = sum > 0 ? 1.f / sum : 0.f;
+  const int D = geo.head_dim;
+  for (int d = lane; d < D; d += 32) {
+    float value = 0;
+    for (int s = 0; s < active; ++s)
+      value += exp2f(partial_lse[s * split_rows + row] - base) * partial_out[(s * split_rows + row) * D + d];
+    out[row * D + d] = __float2bfloat16_rn(value * inverse);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+void check_launch(const char* op) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("kernels/paged_attention.cu: ") + op + ": kernel launch failed: " +
+                             cudaGetErrorString(status));
+}
+
+[[noreturn]] void fail(const char* op, const std::string& why) { throw std::invalid_argument(std::string(op) + ": " + why); }
+
+bool tensor_core_head_dim(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+// Calls launch(std::integral_constant<int, D>) for the tensor-core head sizes.
+template <class Launch>
+void with_head_dim(int head_dim, Launch&& launch) {
+  switch (head_dim) {
+    case 16: return launch(std::integral_constant<int, 16>{});
+    case 32: return launch(std::integral_constant<int, 32>{});
+    case 64: return launch(std::integral_constant<int, 64>{});
+    case 128: return launch(std::integral_constant<int, 128>{});
+    default: throw std::logic_error("kernels/paged_attention.cu: no tiles for head_dim " + std::to_string(head_dim));
+  }
+}
+
+int multiprocessors() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    throw std::runtime_error("kernels/paged_attention.cu: cannot read the device's multiprocessor count");
+  return count;
+}
+
+// The tensor-core launch for a step of `tokens` new tokens in `sequences` sequences:
+// everything follows from the shapes. A decode step (T == B) holds one query per
+// sequence and gets 16-row blocks; otherwise blocks hold 64 rows.
+struct TilePlan {
+  int row_tiles, slice_heads, slices, per_tile;
+  int64_t tiles;  // blocks per kv head slice and split
+  int splits;
+};
+
+TilePlan plan_tiles(int64_t tokens, int64_t sequences, int heads, int kv_heads, int64_t max_context,
+                    int64_t workspace_rows, int sms) {
+  TilePlan plan{};
+  const int group = heads / kv_heads;
+  plan.row_tiles = tokens == sequences ? 1 : 4;
+  plan.slice_heads = std::min(group, 16 * plan.row_tiles);
+  plan.slices = (group + plan.slice_heads - 1) / plan.slice_heads;
+  plan.per_tile = std::max(1, 16 * plan.row_tiles / plan.slice_heads);
+  // Σ ceil(n_b / per_tile) <= (T + B·(per_tile - 1)) / per_tile.
+  plan.tiles = (tokens + sequences * (plan.per_tile - 1)) / plan.per_tile;
+  // Enough blocks for about four per multiprocessor (two resident, two waves), no more
+  // ranges than the longest context has chunks, and no more partials than fit.
+  const int64_t blocks = plan.tiles * kv_heads * plan.slices;
+  int64_t splits = (4 * static_cast<int64_t>(sms) + blocks - 1) / blocks;
+  splits = std::min<int64_t>(splits, kMaxSplits);
+  splits = std::min<int64_t>(splits, (max_context + kChunk - 1) / kChunk);
+  splits = std::min<int64_t>(splits, workspace_rows / std::max<int64_t>(tokens * heads, 1));
+  plan.splits = static_cast<int>(std::max<int64_t>(splits, 1));
+  return plan;
+}
+
+template <int D, int RowTiles>
+void allow_shared() {
+  const auto kernel = attend_tiles<D, RowTiles>;
+  const int bytes = TileShared<D, RowTiles>::bytes;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("kernels/paged_attention.cu: cannot give the attend kernel ") +
+                             std::to_string(bytes) + " bytes of shared memory: " + cudaGetErrorString(status));
+}
+
+template <class Element>
+const Element* data(const Tensor& t) {
+  return static_cast<const Element*>(t.data);
+}
+
+template <class Element>
+Element* mutable_data(const Tensor& t) {
+  return static_cast<Element*>(t.data);
+}
+
+bool aligned_16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
+
+}  // namespace
+
+void paged_attention_setup() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    allow_shared<16, 1>(), allow_shared<16, 4>();
+    allow_shared<32, 1>(), allow_shared<32, 4>();
+    allow_shared<64, 1>(), allow_shared<64, 4>();
+    allow_shared<128, 1>(), allow_shared<128, 4>();
+  });
+}
+
+size_t paged_workspace_floats(int64_t max_sequences, int heads, int kv_heads, int head_dim) {
+  if (max_sequences < 1 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0)
+    throw std::invalid_argument("cuda::paged_workspace_floats: " + std::to_string(max_sequences) + " sequences of " +
+                                std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
+                                " key/value heads of " + std::to_string(head_dim) + " dims");
+  const int sms = multiprocessors();
+  int64_t rows = 0;  // (split, token, head) rows of the largest decode step
+  for (int64_t b = 1; b <= max_sequences; ++b)
+    rows = std::max(rows, plan_tiles(b, b, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits * b * heads);
+  return static_cast<size_t>(rows) * (head_dim + 1);
+}
+
+void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+                 const Tensor& slots, cudaStream_t stream) {
+  const char* op = "cuda::paged_store";
+  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t rows = key_cache.shape[0], width = key_cache.shape[1];
+  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {key_cache.dtype}, {rows, width});
+  check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {kAnyExtent});
+  const int64_t T = slots.shape[0];
+  check_op_arg(k, op, "k", Device::CUDA, {key_cache.dtype}, {T, width});
+  check_op_arg(v, op, "v", Device::CUDA, {key_cache.dtype}, {T, width});
+  if (T > INT_MAX) fail(op, "more than INT_MAX tokens in " + slots.describe());
+  const int64_t row_bytes = width * static_cast<int64_t>(dtype_size(key_cache.dtype));
+  const auto launch = [&](auto unit) {
+    using Unit = decltype(unit);
+    const int units = static_cast<int>(row_bytes / sizeof(Unit));
+    const int64_t threads = T * units;
+    store_rows<Unit><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        mutable_data<Unit>(key_cache), mutable_data<Unit>(value_cache), data<Unit>(k), data<Unit>(v),
+        data<int>(slots), static_cast<int>(T), rows, units);
+  };
+  const bool wide = row_bytes % 16 == 0 && aligned_16(key_cache) && aligned_16(value_cache) && aligned_16(k) &&
+                    aligned_16(v);
+  if (wide) launch(uint4{});
+  else if (row_bytes % 4 == 0) launch(unsigned{});
+  else launch(uint16_t{});
+  check_launch(op);
+}
+
+void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+                  const PagedBatch& batch, int heads, int kv_heads, const Tensor& workspace, cudaStream_t stream) {
+  const char* op = "cuda::paged_attend";
+  check_op_arg(q, op, "q", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t T = q.shape[0];
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || q.shape[1] % heads != 0 ||
+      q.shape[1] / heads > kScalarMaxHeadDim)
+    fail(op, std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
+                 " key/value heads do not fit q " + q.describe() + " (head_dim at most " +
+                 std::to_string(kScalarMaxHeadDim) + ")");
+  const int64_t D = q.shape[1] / heads;
+  check_op_arg(out, op, "out", Device::CUDA, {q.dtype}, {T, heads * D});
+  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {q.dtype}, {kAnyExtent, kv_heads * D});
+  const int64_t rows = key_cache.shape[0];
+  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {q.dtype}, {rows, kv_heads * D});
+  check_op_arg(batch.cu_queries, op, "cu_queries", Device::CUDA, {DType::I32}, {kAnyExtent});
+  const int64_t B = batch.cu_queries.shape[0] - 1;
+  if (B < 1 || B > T)
+    fail(op, "cu_queries " + batch.cu_queries.describe() + " must describe 1 to " + std::to_string(T) +
+                 " sequences (each has a new token)");
+  check_op_arg(batch.context_lens, op, "context_lens", Device::CUDA, {DType::I32}, {B});
+  check_op_arg(batch.block_tables, op, "block_tables", Device::CUDA, {DType::I32}, {B, kAnyExtent});
+  check_op_arg(workspace, op, "workspace", Device::CUDA, {DType::F32}, {kAnyExtent});
+  const int64_t max_blocks = batch.block_tables.shape[1];
+  if (batch.block_size < 1 || max_blocks * batch.block_size > INT_MAX || T > INT_MAX)
+    fail(op, "block size " + std::to_string(batch.block_size) + " with " + std::to_string(max_blocks) +
+                 " blocks per sequence and " + std::to_string(T) + " tokens is out of range");
+
+  Geometry geo{};
+  geo.tokens = static_cast<int>(T);
+  geo.sequences = static_cast<int>(B);
+  geo.heads = heads;
+  geo.kv_heads = kv_heads;
+  geo.head_dim = static_cast<int>(D);
+  geo.max_blocks = static_cast<int>(max_blocks);
+  geo.block_size = batch.block_size;
+  geo.cache_blocks = rows / batch.block_size;
+  geo.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int* cu = data<int>(batch.cu_queries);
+  const int* context = data<int>(batch.context_lens);
+  const int* tables = data<int>(batch.block_tables);
+
+  const bool tiled = q.dtype == DType::BF16 && tensor_core_head_dim(geo.head_dim) && aligned_16(q) &&
+                     aligned_16(out) && aligned_16(key_cache) && aligned_16(value_cache);
+  if (!tiled) {
+    const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
+    const auto launch = [&](auto element) {
+      using Element = decltype(element);
+      attend_rows<Element><<<blocks, kThreads, 0, stream>>>(mutable_data<Element>(out), data<Element>(q),
+                                                            data<Element>(key_cache), data<Element>(value_cache), cu,
+                                                            context, tables, geo);
+    };
+    if (q.dtype == DType::BF16) launch(bf16{});
+    else launch(float{});
+    return check_launch(op);
+  }
+
+  paged_attention_setup();
+  const int64_t workspace_rows = workspace.shape[0] / (D + 1);
+  const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_blocks * batch.block_size, workspace_rows,
+                                   multiprocessors());
+  geo.slice_heads = plan.slice_heads;
+  geo.slices = plan.slices;
+  geo.per_tile = plan.per_tile;
+  geo.splits = plan.splits;
+  float* partial_out = mutable_data<float>(workspace);
+  float* partial_lse = partial_out + static_cast<int64_t>(plan.splits) * T * heads * D;
+  const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),
+                  static_cast<unsigned>(plan.splits));
+  with_head_dim(geo.head_dim, [&](auto dim) {
+    constexpr int Dim = decltype(dim)::value;
+    const auto launch = [&](auto kernel, int bytes) {
+      kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
+                                                data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables,
+                                                geo);
+    };
+    if (plan.row_tiles == 1) launch(attend_tiles<Dim, 1>, TileShared<Dim, 1>::bytes);
+    else launch(attend_tiles<Dim, 4>, TileShared<Dim, 4>::bytes);
+  });
+  check_launch(op);
+  if (plan.splits > 1) {
+    const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
+    combine_splits<<<blocks, kThreads, 0, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, cu, context,
+                                                    geo);
+    check_launch(op);
+  }
+}
+
+}  // namespace tandem::cuda

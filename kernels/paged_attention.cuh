@@ -1,0 +1,55 @@
+// Paged attention of the rollout engine on the GPU: the kernels behind CudaPagedAttention
+// (src/rollout/cuda_paged_attention.h). Semantics: src/rollout/paged_attention.h; CPU twin:
+// CpuPagedAttention, compared in tests/gpu_paged_attention.cpp; speed: tools/bench_paged_attention.
+//
+// Shapes: key_cache, value_cache [rows, kv_heads*head_dim]; k, v [T, kv_heads*head_dim];
+// q, out [T, heads*head_dim], all of one dtype, BF16 or F32; the batch tensors I32 on the
+// device; workspace F32 (split-K partials, see paged_workspace_floats).
+//
+// Two paths for attend, chosen per call from dtypes, shapes and alignment:
+// - BF16 with head_dim 16, 32, 64 or 128 (16-byte aligned tensors): a block serves every
+//   query head of one kv head (or 16/64 of them when a group is larger) for a tile of
+//   queries of one sequence, so each key and value row is read once per tile; keys stream
+//   through shared memory in chunks of 64 (cp.async, double-buffered) and meet Q on the
+//   tensor cores. The 4 warps split the rows when a tile has many (prefill) and the keys
+//   when it has few (decode: 4 warps × 16 keys of every chunk). Split-K (flash-decoding):
+//   each sequence's keys are cut into up to `splits` equal ranges, one block each, whose
+//   FP32 partial results and log-sum-exps a second kernel combines.
+// - Anything else (F32, other head sizes up to 256): one warp per (token, head), FP32.
+//
+// CUDA graphs: nothing here allocates or synchronises, and every launch configuration
+// (the path, the split count, the grids) follows from shapes, pointers' alignment and
+// the device alone. The contents of cu_queries, context_lens, block_tables and slots
+// are read on the device only, so a captured step replays correctly with new contents.
+// Contents that break the rules CpuPagedAttention checks give wrong rows but never an
+// access outside the tensors: slots outside the cache are skipped, blocks outside it
+// read as zeros, and lengths are clamped to the tensors.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rollout/paged_attention.h"
+#include "tensor/tensor.h"
+
+namespace tandem::cuda {
+
+// key_cache[slots[t]] = k[t] and value_cache[slots[t]] = v[t].
+void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+                 const Tensor& slots, cudaStream_t stream);
+
+// out = causal GQA attention of q against the cached rows the batch names.
+void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+                  const PagedBatch& batch, int heads, int kv_heads, const Tensor& workspace, cudaStream_t stream);
+
+// F32 elements of a workspace that gives every step of up to `max_sequences` decoding
+// sequences on the current device its full split count. Larger steps (prefill chunks)
+// need no more: their split count shrinks to what the workspace holds.
+size_t paged_workspace_floats(int64_t max_sequences, int heads, int kv_heads, int head_dim);
+
+// Lets the kernels use the shared memory they need; called once before the first
+// capture (cudaFuncSetAttribute is not a stream operation). Idempotent.
+void paged_attention_setup();
+
+}  // namespace tandem::cuda

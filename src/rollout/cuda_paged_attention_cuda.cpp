@@ -1,0 +1,44 @@
+#include "rollout/cuda_paged_attention.h"
+
+#include <stdexcept>
+
+#include "model/op_args.h"
+#include "paged_attention.cuh"
+
+namespace tandem {
+
+CudaPagedAttention::CudaPagedAttention(cudaStream_t stream, MemoryPool& pool, const ModelConfig& config,
+                                       int64_t max_sequences, const std::string& name)
+    : stream_(stream), pool_(&pool) {
+  if (pool.device() != Device::CUDA)
+    throw std::invalid_argument("CudaPagedAttention '" + name + "': the workspace pool must be on the CUDA device");
+  const size_t floats = cuda::paged_workspace_floats(max_sequences, config.heads, config.kv_heads, config.head_dim);
+  allocation_ = pool.allocate(tags::kv_cache, floats * sizeof(float), name);
+  workspace_ = Tensor::view(allocation_->ptr, DType::F32, Device::CUDA, {static_cast<int64_t>(floats)});
+  cuda::paged_attention_setup();
+}
+
+CudaPagedAttention::CudaPagedAttention(cudaStream_t stream, const Tensor& workspace)
+    : stream_(stream), workspace_(workspace) {
+  check_op_arg(workspace, "CudaPagedAttention", "workspace", Device::CUDA, {DType::F32}, {kAnyExtent});
+  cuda::paged_attention_setup();
+}
+
+CudaPagedAttention::~CudaPagedAttention() {
+  if (allocation_) {
+    cudaStreamSynchronize(stream_);  // queued kernels may still write the workspace
+    pool_->release(allocation_);
+  }
+}
+
+void CudaPagedAttention::store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
+                               const Tensor& slots) {
+  cuda::paged_store(key_cache, value_cache, k, v, slots, stream_);
+}
+
+void CudaPagedAttention::attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
+                                const PagedBatch& batch, int heads, int kv_heads) {
+  cuda::paged_attend(out, q, key_cache, value_cache, batch, heads, kv_heads, workspace_, stream_);
+}
+
+}  // namespace tandem

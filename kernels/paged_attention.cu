@@ -547,16 +547,22 @@ void paged_attention_setup() {
   });
 }
 
-size_t paged_workspace_floats(int64_t max_sequences, int heads, int kv_heads, int head_dim) {
-  if (max_sequences < 1 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0)
-    throw std::invalid_argument("cuda::paged_workspace_floats: " + std::to_string(max_sequences) + " sequences of " +
+size_t paged_workspace_floats(int64_t max_tokens, int64_t max_sequences, int heads, int kv_heads, int head_dim) {
+  if (max_sequences < 1 || max_tokens < max_sequences || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 ||
+      head_dim <= 0)
+    throw std::invalid_argument("cuda::paged_workspace_floats: steps of " + std::to_string(max_tokens) +
+                                " tokens in " + std::to_string(max_sequences) + " sequences, " +
                                 std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
                                 " key/value heads of " + std::to_string(head_dim) + " dims");
   const int sms = multiprocessors();
-  int64_t rows = 0;  // (split, token, head) rows of the largest decode step
-  for (int64_t b = 1; b <= max_sequences; ++b)
-    rows = std::max(rows, plan_tiles(b, b, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits * b * heads);
-  return static_cast<size_t>(rows) * (head_dim + 1);
+  const auto rows = [&](int64_t tokens, int64_t sequences) {  // (split, token, head) rows of one step
+    return plan_tiles(tokens, sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits * tokens * heads;
+  };
+  // Decode steps of every size; longer steps split most with a single sequence.
+  int64_t most = 0;
+  for (int64_t b = 1; b <= max_sequences; ++b) most = std::max(most, rows(b, b));
+  for (int64_t t = 2; t <= max_tokens; ++t) most = std::max(most, rows(t, 1));
+  return static_cast<size_t>(most) * (head_dim + 1);
 }
 
 void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,

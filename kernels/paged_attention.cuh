@@ -43,10 +43,10 @@ void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tenso
 void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
                   const PagedBatch& batch, int heads, int kv_heads, const Tensor& workspace, cudaStream_t stream);
 
-// F32 elements of a workspace that gives every step of up to `max_sequences` decoding
-// sequences on the current device its full split count. Larger steps (prefill chunks)
-// need no more: their split count shrinks to what the workspace holds.
-size_t paged_workspace_floats(int64_t max_sequences, int heads, int kv_heads, int head_dim);
+// F32 elements of a workspace that gives every step of up to `max_tokens` new tokens in
+// up to `max_sequences` sequences on the current device its full split count. A smaller
+// workspace is safe: steps then split less, down to one range (which needs none).
+size_t paged_workspace_floats(int64_t max_tokens, int64_t max_sequences, int heads, int kv_heads, int head_dim);
 
 // Lets the kernels use the shared memory they need; called once before the first
 // capture (cudaFuncSetAttribute is not a stream operation). Idempotent.

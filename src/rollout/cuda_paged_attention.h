@@ -17,10 +17,10 @@ namespace tandem {
 class CudaPagedAttention final : public PagedAttention {
  public:
   // The workspace comes from `pool` under tags::kv_cache (its contents live for one call),
-  // sized so that decode steps of up to `max_sequences` sequences of `config`'s heads get
-  // their full split count; longer steps split less, never more than the workspace holds.
-  CudaPagedAttention(cudaStream_t stream, MemoryPool& pool, const ModelConfig& config, int64_t max_sequences,
-                     const std::string& name);
+  // sized so that every step of up to `max_tokens` new tokens in up to `max_sequences`
+  // sequences of `config`'s heads gets its full split count.
+  CudaPagedAttention(cudaStream_t stream, MemoryPool& pool, const ModelConfig& config, int64_t max_tokens,
+                     int64_t max_sequences, const std::string& name);
   // A workspace the caller owns (F32 on the device, any length; see
   // cuda::paged_workspace_floats): it must outlive this object.
   CudaPagedAttention(cudaStream_t stream, const Tensor& workspace);

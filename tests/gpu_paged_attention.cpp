@@ -1,0 +1,480 @@
+// CudaPagedAttention (kernels/paged_attention.cu) against its CPU twin, CpuPagedAttention,
+// on fresh random inputs: batches that mix decode steps and prefill chunks, contexts from
+// 1 to 1500 tokens (so that split-K cuts them into several ranges), blocks handed out in a
+// shuffled order, GQA ratios 1, 2 and 4, head_dim 16, 40, 64 and 128, BF16 and F32. Cache
+// rows no sequence owns, and the new tokens' rows before store, hold NaN: a kernel that
+// reads a wrong row cannot pass. Both backends see identical values (BF16 inputs are
+// rounded first), so the differences are the GPU's own roundings and sum orders.
+//
+// Tolerances on out:
+// - F32 (scalar path): |gpu - cpu| <= 1e-5 + 1e-5·|cpu|. The same FP32 products and
+//   exponentials, summed online instead of in two passes: ~1e-6 expected.
+// - BF16: |gpu - cpu| <= 2e-2·RMS(cpu) + 2^-8·|cpu|, as in tests/gpu_ops_attention.cpp:
+//   the second term is the BF16 store, the first the probabilities rounded to BF16 before
+//   P·V. A wrong row, mask or split weight gives errors of the order of the RMS itself.
+// store is a copy: the caches must match bit for bit.
+#ifdef TANDEM_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "paged_attention.cuh"
+#include "rollout/cpu_paged_attention.h"
+#include "rollout/cuda_paged_attention.h"
+#include "support.h"
+#include "tensor/bf16.h"
+#include "tensor/device_copy.h"
+#include "tensor/memory_pool.h"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+struct Shape {
+  int heads, kv_heads, head_dim;
+  DType dtype;
+  int block_size = 16;
+  int64_t q_width() const { return static_cast<int64_t>(heads) * head_dim; }
+  int64_t kv_width() const { return static_cast<int64_t>(kv_heads) * head_dim; }
+};
+
+struct SequenceSpec {
+  int context;  // cached tokens once this step's are stored
+  int queries;  // new tokens: 1 for decode, more for a prefill chunk
+};
+
+// One step: inputs, and the CPU's results on exactly those values.
+struct Problem {
+  Shape shape;
+  int64_t tokens = 0, sequences = 0, max_blocks = 0, rows = 0;
+  std::vector<int32_t> slots, cu_queries, context_lens, block_tables;
+  std::vector<float> q, k, v;
+  std::vector<float> key_cache, value_cache;        // before the store
+  std::vector<float> stored_keys, stored_values;    // CPU caches after the store
+  std::vector<float> out;                           // CPU attend
+
+  Tensor host(std::vector<float>& x, std::vector<int64_t> extent) {
+    return Tensor::view(x.data(), DType::F32, Device::CPU, std::move(extent));
+  }
+  Tensor host(std::vector<int32_t>& x, std::vector<int64_t> extent) {
+    return Tensor::view(x.data(), DType::I32, Device::CPU, std::move(extent));
+  }
+  PagedBatch host_batch() {
+    return {host(slots, {tokens}), host(cu_queries, {sequences + 1}), host(context_lens, {sequences}),
+            host(block_tables, {sequences, max_blocks}), shape.block_size};
+  }
+};
+
+void round_to(std::vector<float>& values, DType dtype) {
+  if (dtype == DType::BF16)
+    for (float& x : values) x = bf16_to_float(float_to_bf16(x));
+}
+
+// `cache_blocks` blocks of the cache are shuffled and handed to the sequences in that
+// order; block tables are `max_blocks` wide, their unused tails hold block numbers far
+// outside the cache (never to be read).
+Problem make_problem(const Shape& shape, const std::vector<SequenceSpec>& specs, int64_t cache_blocks,
+                     int64_t max_blocks, uint32_t seed) {
+  Problem p;
+  p.shape = shape;
+  p.sequences = static_cast<int64_t>(specs.size());
+  p.max_blocks = max_blocks;
+  p.rows = cache_blocks * shape.block_size;
+  const int bs = shape.block_size;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> order(cache_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+
+  const auto normal = [&](float std) {
+    std::normal_distribution<float> distribution(0.f, std);
+    return distribution(rng);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  p.key_cache.assign(p.rows * shape.kv_width(), nan);
+  p.value_cache.assign(p.rows * shape.kv_width(), nan);
+  p.cu_queries.push_back(0);
+  size_t next_block = 0;
+  for (const SequenceSpec& spec : specs) {
+    const int64_t blocks = (spec.context + bs - 1) / bs;
+    if (spec.queries < 1 || spec.queries > spec.context || blocks > max_blocks ||
+        next_block + blocks > order.size())
+      throw std::logic_error("gpu_paged_attention: the test's sequences do not fit its cache");
+    for (int64_t j = 0; j < max_blocks; ++j)
+      p.block_tables.push_back(j < blocks ? order[next_block + j] : 123456789);
+    next_block += blocks;
+    const int32_t* table = p.block_tables.data() + (p.cu_queries.size() - 1) * max_blocks;
+    for (int position = 0; position < spec.context; ++position) {
+      const int64_t row = static_cast<int64_t>(table[position / bs]) * bs + position % bs;
+      if (position < spec.context - spec.queries) {  // cached by earlier steps
+        for (int64_t e = 0; e < shape.kv_width(); ++e) {
+          p.key_cache[row * shape.kv_width() + e] = normal(1.f);
+          p.value_cache[row * shape.kv_width() + e] = normal(1.f);
+        }
+      } else {
+        p.slots.push_back(static_cast<int32_t>(row));
+      }
+    }
+    p.cu_queries.push_back(p.cu_queries.back() + spec.queries);
+    p.context_lens.push_back(spec.context);
+  }
+  p.tokens = p.cu_queries.back();
+  // Queries twice as large as keys: scores of std ~2 give peaked softmax rows, so the
+  // online rescaling and the split weights really matter.
+  const auto fill = [&](std::vector<float>& x, int64_t count, float std) {
+    x.resize(count);
+    for (float& e : x) e = normal(std);
+    round_to(x, shape.dtype);
+  };
+  fill(p.q, p.tokens * shape.q_width(), 2.f);
+  fill(p.k, p.tokens * shape.kv_width(), 1.f);
+  fill(p.v, p.tokens * shape.kv_width(), 1.f);
+  round_to(p.key_cache, shape.dtype);
+  round_to(p.value_cache, shape.dtype);
+
+  CpuPagedAttention cpu;
+  p.stored_keys = p.key_cache;
+  p.stored_values = p.value_cache;
+  const Tensor keys = p.host(p.stored_keys, {p.rows, shape.kv_width()});
+  const Tensor values = p.host(p.stored_values, {p.rows, shape.kv_width()});
+  cpu.store(keys, values, p.host(p.k, {p.tokens, shape.kv_width()}), p.host(p.v, {p.tokens, shape.kv_width()}),
+            p.host(p.slots, {p.tokens}));
+  p.out.assign(p.tokens * shape.q_width(), 0.f);
+  cpu.attend(p.host(p.out, {p.tokens, shape.q_width()}), p.host(p.q, {p.tokens, shape.q_width()}), keys, values,
+             p.host_batch(), shape.heads, shape.kv_heads);
+  return p;
+}
+
+// Device tensors from one pool, released together.
+class DeviceTensors {
+ public:
+  DeviceTensors() : pool_(MemoryPool::create(Device::CUDA, 0)) {}
+  ~DeviceTensors() {
+    for (Allocation* allocation : allocations_) pool_->release(allocation);
+  }
+  MemoryPool& pool() { return *pool_; }
+
+  Tensor make(DType dtype, std::vector<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t extent : shape) count *= extent;
+    Allocation* allocation = pool_->allocate(tags::activations, std::max<int64_t>(count, 1) * dtype_size(dtype),
+                                             "paged_attention_test." + std::to_string(allocations_.size()));
+    allocations_.push_back(allocation);
+    return Tensor::view(allocation->ptr, dtype, Device::CUDA, std::move(shape));
+  }
+
+ private:
+  std::unique_ptr<MemoryPool> pool_;
+  std::vector<Allocation*> allocations_;
+};
+
+// `values` must already be representable in the tensor's dtype.
+void write(const Tensor& t, const std::vector<float>& values) {
+  if (t.dtype == DType::F32) return copy_host_to_tensor(t, values.data());
+  std::vector<uint16_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), float_to_bf16);
+  copy_host_to_tensor(t, bits.data());
+}
+
+void write(const Tensor& t, const std::vector<int32_t>& values) { copy_host_to_tensor(t, values.data()); }
+
+std::vector<float> read(const Tensor& t) {
+  std::vector<float> values(t.numel());
+  if (t.dtype == DType::F32) {
+    copy_tensor_to_host(values.data(), t);
+    return values;
+  }
+  std::vector<uint16_t> bits(values.size());
+  copy_tensor_to_host(bits.data(), t);
+  std::transform(bits.begin(), bits.end(), values.begin(), bf16_to_float);
+  return values;
+}
+
+// A problem's tensors on the device, shaped like it; `load` writes a problem of the same
+// shapes into them (the contents of a later step).
+struct DeviceStep {
+  DeviceTensors memory;
+  Tensor q, k, v, out, key_cache, value_cache, slots, cu_queries, context_lens, block_tables;
+  int block_size;
+
+  explicit DeviceStep(const Problem& p) : block_size(p.shape.block_size) {
+    const DType dtype = p.shape.dtype;
+    q = memory.make(dtype, {p.tokens, p.shape.q_width()});
+    k = memory.make(dtype, {p.tokens, p.shape.kv_width()});
+    v = memory.make(dtype, {p.tokens, p.shape.kv_width()});
+    out = memory.make(dtype, {p.tokens, p.shape.q_width()});
+    key_cache = memory.make(dtype, {p.rows, p.shape.kv_width()});
+    value_cache = memory.make(dtype, {p.rows, p.shape.kv_width()});
+    slots = memory.make(DType::I32, {p.tokens});
+    cu_queries = memory.make(DType::I32, {p.sequences + 1});
+    context_lens = memory.make(DType::I32, {p.sequences});
+    block_tables = memory.make(DType::I32, {p.sequences, p.max_blocks});
+    load(p);
+  }
+
+  void load(const Problem& p) {
+    for (const auto& [tensor, values] : {std::pair{&q, &p.q}, {&k, &p.k}, {&v, &p.v}, {&key_cache, &p.key_cache},
+                                         {&value_cache, &p.value_cache}})
+      write(*tensor, *values);
+    write(slots, p.slots);
+    write(cu_queries, p.cu_queries);
+    write(context_lens, p.context_lens);
+    write(block_tables, p.block_tables);
+  }
+
+  PagedBatch batch() const { return {slots, cu_queries, context_lens, block_tables, block_size}; }
+
+  void run(PagedAttention& attention, int heads, int kv_heads) {
+    attention.store(key_cache, value_cache, k, v, slots);
+    attention.attend(out, q, key_cache, value_cache, batch(), heads, kv_heads);
+  }
+};
+
+ModelConfig attention_config(const Shape& shape) {
+  ModelConfig config;
+  config.heads = shape.heads;
+  config.kv_heads = shape.kv_heads;
+  config.head_dim = shape.head_dim;
+  return config;
+}
+
+double rms(const std::vector<float>& x) {
+  double sum = 0;
+  for (float e : x) sum += static_cast<double>(e) * e;
+  return std::sqrt(sum / std::max<size_t>(x.size(), 1));
+}
+
+void expect_out_close(const std::vector<float>& got, const Problem& p, const std::string& what) {
+  ASSERT_EQ(got.size(), p.out.size()) << what;
+  const double scale = rms(p.out);
+  int64_t worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << ": out element " << i << " = " << got[i];
+    const double error = std::abs(static_cast<double>(got[i]) - p.out[i]);
+    const double allowed = p.shape.dtype == DType::F32 ? 1e-5 + 1e-5 * std::abs(p.out[i])
+                                                       : 2e-2 * scale + std::ldexp(std::abs(p.out[i]), -8);
+    if (error - allowed > worst_excess) {
+      worst_excess = error - allowed;
+      worst = static_cast<int64_t>(i);
+    }
+  }
+  const int64_t token = worst / p.shape.q_width(), head = worst % p.shape.q_width() / p.shape.head_dim;
+  EXPECT_LE(worst_excess, 0) << what << ": out of token " << token << " head " << head << " is " << got[worst]
+                             << ", CPU " << p.out[worst] << " (RMS " << scale << ")";
+}
+
+void expect_same_cache(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::isnan(got[i]) && std::isnan(want[i])))
+      ASSERT_EQ(got[i], want[i]) << what << " element " << i;
+}
+
+void expect_matches_cpu(DeviceStep& gpu, const Problem& p, const std::string& what) {
+  expect_same_cache(read(gpu.key_cache), p.stored_keys, "key_cache");
+  expect_same_cache(read(gpu.value_cache), p.stored_values, "value_cache");
+  expect_out_close(read(gpu.out), p, what);
+}
+
+uint32_t fresh_seed() {
+  const uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  return seed;
+}
+
+struct Case {
+  Shape shape;
+  bool decode_only;  // T == B: the decode launch; otherwise decode and prefill mixed
+};
+
+std::string case_name(const Case& c) {
+  return std::string(dtype_name(c.shape.dtype)) + "_d" + std::to_string(c.shape.head_dim) + "_h" +
+         std::to_string(c.shape.heads) + "_kv" + std::to_string(c.shape.kv_heads) +
+         (c.shape.block_size != 16 ? "_block" + std::to_string(c.shape.block_size) : "") +
+         (c.decode_only ? "_decode" : "_mixed");
+}
+
+// Decode steps at short and long contexts (a context of 1 too), prefill chunks of fresh
+// prompts and of prompts continued after a long cached prefix, and decode steps of the
+// same lengths between them.
+std::vector<SequenceSpec> sequences_of(bool decode_only, std::mt19937& rng) {
+  std::vector<SequenceSpec> specs = {{1, 1}, {17, 1}, {64, 1}, {300, 1}, {1100, 1}, {1500, 1}};
+  if (!decode_only) {
+    specs.insert(specs.begin() + 1, {37, 37});
+    specs.insert(specs.begin() + 4, {1200, 70});
+    specs.push_back({64, 5});
+    specs.push_back({129, 129});
+  }
+  std::shuffle(specs.begin(), specs.end(), rng);
+  return specs;
+}
+
+int64_t blocks_for(const std::vector<SequenceSpec>& specs, int block_size) {
+  int64_t blocks = 0;
+  for (const SequenceSpec& spec : specs) blocks += (spec.context + block_size - 1) / block_size;
+  return blocks;
+}
+
+class GpuPagedAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuPagedAttention, MatchesCpu) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Case c = GetParam();
+  std::mt19937 rng(seed);
+  const std::vector<SequenceSpec> specs = sequences_of(c.decode_only, rng);
+  const int64_t max_blocks = (1500 + c.shape.block_size - 1) / c.shape.block_size + 3;
+  const Problem problem = make_problem(c.shape, specs, blocks_for(specs, c.shape.block_size) + 7, max_blocks, seed);
+
+  DeviceStep gpu(problem);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  {
+    CudaPagedAttention attention(stream, gpu.memory.pool(), attention_config(c.shape), problem.tokens,
+                                 problem.sequences, "test.paged_attention");
+    gpu.run(attention, c.shape.heads, c.shape.kv_heads);
+    check(cudaStreamSynchronize(stream), "paged attention kernels");
+  }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  expect_matches_cpu(gpu, problem, case_name(c));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuPagedAttention,
+    ::testing::Values(
+        // Tensor-core path: Qwen3-0.6B's heads, then the other head sizes and GQA ratios.
+        Case{{16, 8, 128, DType::BF16}, false}, Case{{16, 8, 128, DType::BF16}, true},
+        Case{{8, 2, 64, DType::BF16}, false}, Case{{8, 2, 64, DType::BF16}, true},
+        Case{{4, 4, 32, DType::BF16}, false}, Case{{4, 1, 16, DType::BF16}, false},
+        Case{{4, 1, 16, DType::BF16}, true},
+        // A GQA group wider than a block's 16 (decode) or 64 (prefill) rows; another block size.
+        Case{{32, 1, 64, DType::BF16}, true}, Case{{128, 1, 16, DType::BF16}, false},
+        Case{{8, 2, 64, DType::BF16, 32}, false},
+        // Scalar path: a head size the tiles do not cover, and F32.
+        Case{{4, 2, 40, DType::BF16}, false}, Case{{4, 1, 16, DType::F32}, false},
+        Case{{8, 2, 64, DType::F32}, true}, Case{{4, 2, 128, DType::F32}, false}),
+    [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// A CUDA graph of store + attend, captured once, replayed after new contents are written
+// into the same device tensors: other contexts (short ones, then long ones that split
+// into more ranges), other block tables and slots, and for a mixed step other prompt
+// chunk lengths under the same total.
+class GpuPagedAttentionGraph : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GpuPagedAttentionGraph, ReplaysWithNewBatchContents) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const bool decode_only = GetParam();
+  const Shape shape{16, 8, 128, DType::BF16};
+  std::vector<std::vector<SequenceSpec>> steps;
+  if (decode_only) {
+    steps = {{{5, 1}, {40, 1}, {1, 1}, {100, 1}}, {{1300, 1}, {700, 1}, {1024, 1}, {65, 1}}};
+  } else {
+    steps = {{{30, 30}, {9, 1}, {2, 2}, {100, 1}}, {{1, 1}, {1200, 1}, {40, 20}, {1400, 12}}};
+  }
+  const int64_t max_blocks = 1400 / shape.block_size + 2, cache_blocks = 4 * max_blocks;
+  std::vector<Problem> problems;
+  for (size_t i = 0; i < steps.size(); ++i)
+    problems.push_back(make_problem(shape, steps[i], cache_blocks, max_blocks, seed + static_cast<uint32_t>(i)));
+  ASSERT_EQ(problems[0].tokens, problems[1].tokens);
+
+  DeviceStep gpu(problems[0]);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  CudaPagedAttention attention(stream, gpu.memory.pool(), attention_config(shape), problems[0].tokens,
+                               problems[0].sequences, "test.paged_attention");
+  cudaGraph_t graph;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  gpu.run(attention, shape.heads, shape.kv_heads);
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (size_t i = 0; i < problems.size(); ++i) {
+    gpu.load(problems[i]);
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(stream), "graph replay");
+    expect_matches_cpu(gpu, problems[i], "replay " + std::to_string(i));
+  }
+  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, GpuPagedAttentionGraph, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Decode" : "Mixed");
+                         });
+
+// A workspace too small for any split still gives the right answer (one range per
+// sequence), and one the caller owns works like the pool's.
+TEST(GpuPagedAttentionWorkspace, AnySizeGivesTheSameResult) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Shape shape{16, 8, 128, DType::BF16};
+  const std::vector<SequenceSpec> specs = {{1500, 1}, {700, 1}};
+  const Problem problem = make_problem(shape, specs, blocks_for(specs, 16), 100, seed);
+  for (int64_t floats : {int64_t{1}, int64_t{1} << 22}) {
+    DeviceStep gpu(problem);
+    CudaPagedAttention attention(nullptr, gpu.memory.make(DType::F32, {floats}));
+    gpu.run(attention, shape.heads, shape.kv_heads);
+    check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+    expect_matches_cpu(gpu, problem, std::to_string(floats) + " workspace floats");
+  }
+}
+
+TEST(GpuPagedAttentionArgs, WrongShapesAndDtypesAreRefused) {
+  REQUIRE_GPU();
+  const Shape shape{4, 2, 16, DType::BF16};
+  const std::vector<SequenceSpec> specs = {{20, 3}, {5, 1}};
+  Problem problem = make_problem(shape, specs, 4, 2, 1);
+  DeviceStep gpu(problem);
+  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), 4, 2, "test.paged_attention");
+  const Tensor f32_k = gpu.memory.make(DType::F32, {problem.tokens, shape.kv_width()});
+  const Tensor host_slots = Tensor::view(problem.slots.data(), DType::I32, Device::CPU, {problem.tokens});
+  const auto refused = [](auto&& call, const char* argument) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted a bad '" << argument << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + argument + "'"), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { attention.store(gpu.key_cache, gpu.value_cache, f32_k, gpu.v, gpu.slots); }, "k");
+  refused([&] { attention.store(gpu.key_cache, gpu.value_cache, gpu.k, gpu.v, host_slots); }, "slots");
+  refused([&] { attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.q, gpu.batch(), 4, 2); }, "value_cache");
+  PagedBatch batch = gpu.batch();
+  batch.context_lens = gpu.slots;  // [T], not [B]
+  refused([&] { attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, batch, 4, 2); }, "context_lens");
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, gpu.batch(), 4, 3),
+               std::invalid_argument);
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, gpu.batch(), 3, 1),
+               std::invalid_argument);
+  batch = gpu.batch();
+  batch.block_size = 0;
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, batch, 4, 2), std::invalid_argument);
+}
+
+}  // namespace
+#endif  // TANDEM_HAVE_CUDA

@@ -1,0 +1,231 @@
+// Speed of the rollout engine's decode attention (kernels/paged_attention.cu) at
+// Qwen3-0.6B's shape: 16 query heads, 8 kv heads, head_dim 128, BF16, blocks of 16 tokens
+// handed out in a shuffled order, every sequence at the same context.
+//
+//   ./build/bench_paged_attention                      # the standard table below
+//   ./build/bench_paged_attention --batch 64 --context 2048 [--heads 16] [--kv-heads 8]
+//       [--head-dim 128] [--block-size 16] [--layers 28] [--repeat 20]
+//
+// Standard table: batch 64 and 256 at contexts 256 and 512, and batch 64 at 2048.
+// One layer-call is attend for one layer's cache (store is timed apart). The calls cycle
+// through `layers` caches, as a model's layers do, so that the KV read comes from HBM and
+// not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
+// times. Bandwidth counts the K and V rows read once (batch × context × 2 × kv_width ×
+// 2 bytes); the H200's HBM3e peaks at about 4.8 TB/s.
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "model/config.h"
+#include "rollout/cuda_paged_attention.h"
+#include "tensor/bf16.h"
+#include "tensor/memory_pool.h"
+#endif
+
+namespace {
+
+struct Options {
+  std::vector<int> batches, contexts;  // one run per (batch, context) pair
+  int heads = 16, kv_heads = 8, head_dim = 128, block_size = 16, layers = 28, repeat = 20;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "bench_paged_attention: %s\nusage: bench_paged_attention [--batch B --context C] [--heads H] "
+               "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  int batch = 0, context = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage(flag + " needs a value");
+    const std::string value = argv[++i];
+    const int n = std::atoi(value.c_str());
+    if (n < 1) usage(flag + " must be a positive integer, got '" + value + "'");
+    if (flag == "--batch") batch = n;
+    else if (flag == "--context") context = n;
+    else if (flag == "--heads") options.heads = n;
+    else if (flag == "--kv-heads") options.kv_heads = n;
+    else if (flag == "--head-dim") options.head_dim = n;
+    else if (flag == "--block-size") options.block_size = n;
+    else if (flag == "--layers") options.layers = n;
+    else if (flag == "--repeat") options.repeat = n;
+    else usage("unknown option '" + flag + "'");
+  }
+  if ((batch == 0) != (context == 0)) usage("--batch and --context go together");
+  if (batch) {
+    options.batches = {batch};
+    options.contexts = {context};
+  } else {
+    options.batches = {64, 64, 64, 256, 256};
+    options.contexts = {256, 512, 2048, 256, 512};
+  }
+  return options;
+}
+
+}  // namespace
+
+#ifdef TANDEM_HAVE_CUDA
+namespace {
+
+using namespace tandem;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("bench_paged_attention: ") + what + ": " + cudaGetErrorString(status));
+}
+
+// Device tensors from one pool, released when it goes.
+class DeviceMemory {
+ public:
+  DeviceMemory() : pool_(MemoryPool::create(Device::CUDA, 0)) {}
+  ~DeviceMemory() {
+    for (Allocation* allocation : allocations_) pool_->release(allocation);
+  }
+  MemoryPool& pool() { return *pool_; }
+
+  Tensor make(DType dtype, std::vector<int64_t> shape) {
+    Tensor t = Tensor::view(nullptr, dtype, Device::CUDA, std::move(shape));
+    allocations_.push_back(pool_->allocate(tags::kv_cache, t.nbytes(), "bench." + std::to_string(allocations_.size())));
+    t.data = allocations_.back()->ptr;
+    return t;
+  }
+
+  template <class T>
+  Tensor upload(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+    const Tensor t = make(dtype, std::move(shape));
+    check(cudaMemcpy(t.data, values.data(), t.nbytes(), cudaMemcpyHostToDevice), "upload");
+    return t;
+  }
+
+ private:
+  std::unique_ptr<MemoryPool> pool_;
+  std::vector<Allocation*> allocations_;
+};
+
+std::vector<uint16_t> random_bf16(int64_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> bits(count);
+  for (uint16_t& b : bits) b = float_to_bf16(normal(rng));
+  return bits;
+}
+
+template <class Step>
+double microseconds_per_call(cudaStream_t stream, int calls_per_step, int repeat, Step&& step) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  step();
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, stream), "warm-up");
+  cudaEvent_t begin, end;
+  check(cudaEventCreate(&begin), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  check(cudaEventRecord(begin, stream), "cudaEventRecord");
+  for (int i = 0; i < repeat; ++i) check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  check(cudaEventRecord(end, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(end), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1e3 * ms / (static_cast<double>(repeat) * calls_per_step);
+}
+
+void run(const Options& o, int batch, int context, cudaStream_t stream) {
+  const int64_t B = batch, kv_width = static_cast<int64_t>(o.kv_heads) * o.head_dim;
+  const int64_t q_width = static_cast<int64_t>(o.heads) * o.head_dim;
+  const int64_t blocks_per_sequence = (context + o.block_size - 1) / o.block_size, blocks = B * blocks_per_sequence;
+  const int64_t rows = blocks * o.block_size;
+  std::mt19937 rng(1234);
+  DeviceMemory memory;
+
+  // Every sequence's blocks scattered over the cache; this step's token is its last one.
+  std::vector<int32_t> order(blocks), slots(B), cu(B + 1), lengths(B, context);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t b = 0; b < B; ++b) {
+    cu[b] = static_cast<int32_t>(b);
+    const int32_t last = order[b * blocks_per_sequence + (context - 1) / o.block_size];
+    slots[b] = last * o.block_size + (context - 1) % o.block_size;
+  }
+  cu[B] = static_cast<int32_t>(B);
+  const PagedBatch paged{memory.upload(DType::I32, {B}, slots), memory.upload(DType::I32, {B + 1}, cu),
+                         memory.upload(DType::I32, {B}, lengths),
+                         memory.upload(DType::I32, {B, blocks_per_sequence}, order), o.block_size};
+  const Tensor q = memory.upload(DType::BF16, {B, q_width}, random_bf16(B * q_width, rng));
+  const Tensor k = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
+  const Tensor v = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
+  const Tensor out = memory.make(DType::BF16, {B, q_width});
+  std::vector<Tensor> keys, values;
+  const std::vector<uint16_t> layer_values = random_bf16(rows * kv_width, rng);
+  for (int l = 0; l < o.layers; ++l) {
+    keys.push_back(memory.upload(DType::BF16, {rows, kv_width}, layer_values));
+    values.push_back(memory.upload(DType::BF16, {rows, kv_width}, layer_values));
+  }
+
+  ModelConfig config;
+  config.heads = o.heads;
+  config.kv_heads = o.kv_heads;
+  config.head_dim = o.head_dim;
+  CudaPagedAttention attention(stream, memory.pool(), config, B, B, "bench.paged_attention");
+  const double attend_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
+    for (int l = 0; l < o.layers; ++l) attention.attend(out, q, keys[l], values[l], paged, o.heads, o.kv_heads);
+  });
+  const double store_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
+    for (int l = 0; l < o.layers; ++l) attention.store(keys[l], values[l], k, v, paged.slots);
+  });
+  const double bytes = static_cast<double>(B) * context * 2 * kv_width * 2;
+  const double gb_per_s = bytes / attend_us / 1e3;
+  std::printf("batch %4d  context %5d  attend %8.2f us/layer  %7.0f GB/s (%4.1f%% of 4800)  store %6.2f us/layer\n",
+              batch, context, attend_us, gb_per_s, gb_per_s / 48, store_us);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "bench_paged_attention: no CUDA device\n");
+    return 1;
+  }
+  try {
+    cudaDeviceProp props{};
+    check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
+    std::printf("device %s; %d heads / %d kv heads, head_dim %d, BF16, block %d, %d layers, decode (1 query each)\n",
+                props.name, options.heads, options.kv_heads, options.head_dim, options.block_size, options.layers);
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (size_t i = 0; i < options.batches.size(); ++i) run(options, options.batches[i], options.contexts[i], stream);
+    cudaStreamDestroy(stream);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
+#else
+int main(int argc, char** argv) {
+  parse(argc, argv);
+  std::fprintf(stderr, "bench_paged_attention: this build has no CUDA backend\n");
+  return 1;
+}
+#endif

@@ -21,7 +21,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 64;      // keys per shared-memory stage; split ranges are whole chunks
+constexpr int kChunk = 64;  // keys per shared-memory stage; split ranges are whole chunks
 constexpr int kMaxSplits = 32;
 constexpr int kScalarMaxHeadDim = 256;
 
@@ -124,12 +124,14 @@ __global__ void __launch_bounds__(kThreads)
 
   float qi[kLaneDims], acc[kLaneDims] = {};
 #pragma unroll
-  for (int i = 0; i < kLaneDims; ++i) qi[i] = lane + 32 * i < D ? to_float(q[t * q_stride + h * D + lane + 32 * i]) : 0.f;
+  for (int i = 0; i < kLaneDims; ++i)
+    qi[i] = lane + 32 * i < D ? to_float(q[t * q_stride + h * D + lane + 32 * i]) : 0.f;
   float max = -INFINITY, sum = 0;
   for (int j = 0; j < keys; ++j) {
     const int block = table[j / geo.block_size];
     if (block < 0 || block >= geo.cache_blocks) continue;
-    const int64_t offset = (static_cast<int64_t>(block) * geo.block_size + j % geo.block_size) * kv_stride + kv_head * D;
+    const int64_t offset =
+        (static_cast<int64_t>(block) * geo.block_size + j % geo.block_size) * kv_stride + kv_head * D;
     float dot = 0;
 #pragma unroll
     for (int i = 0; i < kLaneDims; ++i)
@@ -457,7 +459,9 @@ void check_launch(const char* op) {
                              cudaGetErrorString(status));
 }
 
-[[noreturn]] void fail(const char* op, const std::string& why) { throw std::invalid_argument(std::string(op) + ": " + why); }
+[[noreturn]] void fail(const char* op, const std::string& why) {
+  throw std::invalid_argument(std::string(op) + ": " + why);
+}
 
 bool tensor_core_head_dim(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
@@ -502,10 +506,11 @@ TilePlan plan_tiles(int64_t tokens, int64_t sequences, int heads, int kv_heads, 
   plan.per_tile = std::max(1, 16 * plan.row_tiles / plan.slice_heads);
   // Σ ceil(n_b / per_tile) <= (T + B·(per_tile - 1)) / per_tile.
   plan.tiles = (tokens + sequences * (plan.per_tile - 1)) / plan.per_tile;
-  // Enough blocks for about four per multiprocessor (two resident, two waves), no more
-  // ranges than the longest context has chunks, and no more partials than fit.
+  // About eight blocks per multiprocessor (two or three resident, a few waves, so that
+  // the last wave's tail is short), no more ranges than the longest context has chunks,
+  // and no more partials than the workspace holds. Short contexts use fewer ranges.
   const int64_t blocks = plan.tiles * kv_heads * plan.slices;
-  int64_t splits = (4 * static_cast<int64_t>(sms) + blocks - 1) / blocks;
+  int64_t splits = (8 * static_cast<int64_t>(sms) + blocks - 1) / blocks;
   splits = std::min<int64_t>(splits, kMaxSplits);
   splits = std::min<int64_t>(splits, (max_context + kChunk - 1) / kChunk);
   splits = std::min<int64_t>(splits, workspace_rows / std::max<int64_t>(tokens * heads, 1));

@@ -67,9 +67,9 @@ struct Problem {
   int64_t tokens = 0, sequences = 0, max_blocks = 0, rows = 0;
   std::vector<int32_t> slots, cu_queries, context_lens, block_tables;
   std::vector<float> q, k, v;
-  std::vector<float> key_cache, value_cache;        // before the store
-  std::vector<float> stored_keys, stored_values;    // CPU caches after the store
-  std::vector<float> out;                           // CPU attend
+  std::vector<float> key_cache, value_cache;      // before the store
+  std::vector<float> stored_keys, stored_values;  // CPU caches after the store
+  std::vector<float> out;                         // CPU attend
 
   Tensor host(std::vector<float>& x, std::vector<int64_t> extent) {
     return Tensor::view(x.data(), DType::F32, Device::CPU, std::move(extent));

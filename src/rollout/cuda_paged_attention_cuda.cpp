@@ -12,7 +12,8 @@ CudaPagedAttention::CudaPagedAttention(cudaStream_t stream, MemoryPool& pool, co
     : stream_(stream), pool_(&pool) {
   if (pool.device() != Device::CUDA)
     throw std::invalid_argument("CudaPagedAttention '" + name + "': the workspace pool must be on the CUDA device");
-  const size_t floats = cuda::paged_workspace_floats(max_tokens, max_sequences, config.heads, config.kv_heads, config.head_dim);
+  const size_t floats =
+      cuda::paged_workspace_floats(max_tokens, max_sequences, config.heads, config.kv_heads, config.head_dim);
   allocation_ = pool.allocate(tags::kv_cache, floats * sizeof(float), name);
   workspace_ = Tensor::view(allocation_->ptr, DType::F32, Device::CUDA, {static_cast<int64_t>(floats)});
   cuda::paged_attention_setup();

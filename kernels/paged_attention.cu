@@ -603,7 +603,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   const char* op = "cuda::paged_attend";
   check_op_arg(q, op, "q", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t T = q.shape[0];
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || q.shape[1] % heads != 0 ||
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || q.shape[1] % heads != 0 || q.shape[1] == 0 ||
       q.shape[1] / heads > kScalarMaxHeadDim)
     fail(op, std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
                  " key/value heads do not fit q " + q.describe() + " (head_dim at most " +

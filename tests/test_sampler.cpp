@@ -136,6 +136,31 @@ TEST(Sampler, OneDrawPerTokenSoStreamsAreReproducible) {
   EXPECT_EQ(rng(), reference());
 }
 
+TEST(Sampler, TheUniformEntryPointReproducesTheRandomStreamOne) {
+  Sampler sampler;
+  for (const float top_p : {1.0f, 0.7f}) {
+    SamplingParams params;
+    params.temperature = 0.8f;
+    params.top_p = top_p;
+    std::mt19937_64 rng = request_rng(11, 4), draws = request_rng(11, 4);
+    for (int i = 0; i < 200; ++i) {
+      const SampledToken from_rng = sampler.sample(kLogits, params, rng);
+      const SampledToken from_u = sampler.sample(kLogits, params, draw_uniform(params, draws));
+      ASSERT_EQ(from_rng.id, from_u.id) << i;
+      ASSERT_EQ(from_rng.logprob, from_u.logprob) << i;
+    }
+  }
+  // u picks by inverse CDF: u = 0 takes the first kept token in index order, u just
+  // under 1 the last one.
+  SamplingParams params;
+  EXPECT_EQ(sampler.sample(kLogits, params, 0.0).id, 0);
+  EXPECT_EQ(sampler.sample(kLogits, params, 1 - 0x1.0p-53).id, 7);
+  params.temperature = 0;
+  std::mt19937_64 rng = request_rng(1, 1), untouched = request_rng(1, 1);
+  EXPECT_EQ(draw_uniform(params, rng), 0.0);
+  EXPECT_EQ(rng(), untouched());
+}
+
 TEST(Sampler, RefusesNaNLogitsAndBadParameters) {
   Sampler sampler;
   std::mt19937_64 rng = request_rng(0, 0);

@@ -10,10 +10,6 @@ namespace tandem {
 
 namespace {
 
-// Uniform in [0, 1) from the top 53 bits: std::uniform_real_distribution is not specified
-// bit for bit, and runs must reproduce across standard libraries.
-double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
 // The first index whose running sum of weights passes `target`; the last one with weight
 // when rounding leaves the target just out of reach.
 template <class WeightOf>
@@ -38,7 +34,14 @@ std::mt19937_64 request_rng(uint64_t seed, uint64_t request_id) {
   return std::mt19937_64(sequence);
 }
 
-SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng) {
+// Uniform in [0, 1) from the top 53 bits: std::uniform_real_distribution is not specified
+// bit for bit, and runs must reproduce across standard libraries.
+double draw_uniform(const SamplingParams& params, std::mt19937_64& rng) {
+  if (params.temperature == 0) return 0;
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams& params, double u) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (V == 0) throw std::invalid_argument("Sampler::sample: empty logits");
   const bool greedy = params.temperature == 0;
@@ -61,7 +64,6 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   auto logprob_of = [&](int32_t id) { return static_cast<float>((logits[id] / temperature - max) - log_sum); };
   if (greedy) return {argmax, logprob_of(argmax)};
 
-  const double u = uniform01(rng);
   const int64_t k = params.top_k > 0 ? std::min<int64_t>(params.top_k, V) : V;
   if (k == V && params.top_p >= 1) {
     const int64_t id = pick(V, u * sum, [&](int64_t j) { return static_cast<double>(weights_[j]); });

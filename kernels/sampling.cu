@@ -1,0 +1,370 @@
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "model/op_args.h"
+#include "sampling.cuh"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kAll = 0xffffffffu;
+// The pick pass sums the row in chunks of 256 tokens (8 per lane of a warp), in index
+// order, keeping one FP64 sum per chunk in shared memory: the chunk holding the target is
+// then found from that table and only it is read again.
+constexpr int kPerLane = 8;
+constexpr int kChunk = 32 * kPerLane;
+constexpr int64_t kMaxVocab = int64_t{1} << 20;  // 32 KiB of chunk sums
+// Truncation searches the bits of w = exp(z - max) in [0, 1]: non-negative floats order as
+// their bits do. Each pass splits the bracket into 16 buckets, so 8 passes at most.
+constexpr int kBuckets = 16;
+constexpr uint32_t kKeyEnd = 0x3F800001u;  // one past the bits of 1.0f
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+__device__ inline int lane_id() { return threadIdx.x % 32; }
+__device__ inline int warp_id() { return threadIdx.x / 32; }
+
+template <class T>
+struct Row {
+  const T* x;
+  int64_t V;
+  float temperature;  // 1 when greedy
+  float max;          // of z = x / temperature
+  // Divided, not multiplied by 1/T, and expf, not __expf: the CPU twin's arithmetic.
+  __device__ float z(int64_t i) const { return to_float(x[i]) / temperature; }
+  __device__ float weight(int64_t i) const { return expf(z(i) - max); }
+};
+
+// The tokens kept after truncation: weight bits above `key`, and those equal to it up to
+// index `last_tie` (ties go to the lower index, as in the CPU's sort).
+struct Cut {
+  uint32_t key;
+  int64_t last_tie;
+  __device__ bool keeps(int64_t i, float w) const {
+    const uint32_t k = __float_as_uint(w);
+    return k > key || (k == key && i <= last_tie);
+  }
+};
+
+// Same value in every thread; fixed order, so the result is the same run after run.
+template <class V, class Op>
+__device__ V block_reduce(V v, Op op) {
+  __shared__ V partial[kWarps];
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kAll, v, offset));
+  if (lane_id() == 0) partial[warp_id()] = v;
+  __syncthreads();
+  V total = partial[0];
+  for (int w = 1; w < kWarps; ++w) total = op(total, partial[w]);
+  __syncthreads();
+  return total;
+}
+
+__device__ double block_sum(double v) {
+  return block_reduce(v, [](double a, double b) { return a + b; });
+}
+
+__device__ double warp_inclusive_scan(double v) {
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const double before = __shfl_up_sync(kAll, v, offset);
+    if (lane_id() >= offset) v += before;
+  }
+  return v;
+}
+
+struct Best {
+  float max;       // of z
+  int64_t index;   // first index holding it
+  double mass;     // sum of exp(z - max), FP32 terms: only to size top_p's target
+  bool bad;        // a NaN or +inf, or nothing above -inf
+};
+
+// Pass 1: max and first argmax of z, with an online sum of exp(z - max).
+template <class T>
+__device__ Best row_max(const Row<T>& row) {
+  float m = -INFINITY, s = 0.f;
+  int64_t index = row.V;
+  int bad = 0;
+  for (int64_t i = threadIdx.x; i < row.V; i += kThreads) {
+    const float z = row.z(i);
+    bad |= isnan(z) || z == INFINITY;
+    if (z > m) {
+      s = s * expf(m - z) + 1.f;
+      m = z, index = i;
+    } else if (z > -INFINITY) {
+      s += expf(z - m);
+    }
+  }
+  bad = __syncthreads_or(bad);
+  const float max = block_reduce(m, [](float a, float b) { return fmaxf(a, b); });
+  const int64_t first = block_reduce(m == max ? index : row.V, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  const double mass = block_sum(max == -INFINITY ? 0.0 : s * expf(m - max));
+  return {max, first, mass, bad != 0 || first == row.V};
+}
+
+// The weight bits of the last token kept, in the CPU's order, when keeping tokens while
+// `enough` (count >= k, or mass >= top_p * kept mass) is not yet true of those before it.
+struct Threshold {
+  uint32_t key;
+  double count_above, mass_above;  // of the tokens with larger weight bits
+  double ties;                     // tokens with exactly these weight bits
+};
+
+struct Need {
+  bool by_mass;
+  double amount;
+  __device__ bool met(double count, double mass) const { return (by_mass ? mass : count) >= amount; }
+};
+
+// Narrows [lo, hi), which holds the threshold (`need` is met at lo, and not at hi), by a
+// factor of 16 per pass over the row until one weight value is left in it.
+template <class T>
+__device__ Threshold search(const Row<T>& row, uint32_t lo, Need need) {
+  __shared__ double partial[kWarps][2 * kBuckets];
+  uint32_t hi = kKeyEnd;
+  double count_above = 0, mass_above = 0;
+  for (;;) {
+    const uint32_t step = (hi - lo + kBuckets - 1) / kBuckets;
+    // count[j], mass[j]: tokens with bits in [lo + j * step, hi), this thread's share.
+    float count[kBuckets] = {}, mass[kBuckets] = {};
+    uint32_t low_key = UINT32_MAX, high_key = 0;
+    for (int64_t i = threadIdx.x; i < row.V; i += kThreads) {
+      const float w = row.weight(i);
+      const uint32_t key = __float_as_uint(w);
+      if (key < lo || key >= hi) continue;
+      low_key = min(low_key, key), high_key = max(high_key, key);
+      const uint32_t bucket = (key - lo) / step;
+#pragma unroll
+      for (int j = 0; j < kBuckets; ++j)
+        if (j <= bucket) count[j] += 1.f, mass[j] += w;
+    }
+#pragma unroll
+    for (int j = 0; j < kBuckets; ++j) {
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        count[j] += __shfl_xor_sync(kAll, count[j], offset);
+        mass[j] += __shfl_xor_sync(kAll, mass[j], offset);
+      }
+      if (lane_id() == 0) partial[warp_id()][j] = count[j], partial[warp_id()][kBuckets + j] = mass[j];
+    }
+    low_key = block_reduce(low_key, [](uint32_t a, uint32_t b) { return min(a, b); });  // syncs the partials too
+    high_key = block_reduce(high_key, [](uint32_t a, uint32_t b) { return max(a, b); });
+    double C[kBuckets + 1], M[kBuckets + 1];
+    C[kBuckets] = M[kBuckets] = 0;
+    for (int j = 0; j < kBuckets; ++j) {
+      C[j] = M[j] = 0;
+      for (int w = 0; w < kWarps; ++w) C[j] += partial[w][j], M[j] += partial[w][kBuckets + j];
+    }
+    __syncthreads();  // partial is rewritten by the next pass
+    if (low_key == high_key) return {low_key, count_above, mass_above, C[0]};
+
+    // The highest non-empty bucket whose lower edge still meets the need; failing that
+    // (rounding of top_p's target), the lowest non-empty one, which keeps everything.
+    const int buckets = static_cast<int>(min(static_cast<uint32_t>(kBuckets), (hi - lo + step - 1) / step));
+    int j = static_cast<int>((low_key - lo) / step);
+    for (int b = buckets - 1; b > j; --b)
+      if (C[b] > C[b + 1] && need.met(count_above + C[b], mass_above + M[b])) {
+        j = b;
+        break;
+      }
+    const double inside = C[j] - C[j + 1];
+    count_above += C[j + 1], mass_above += M[j + 1];
+    const uint32_t next = j + 1 < buckets ? lo + (j + 1) * step : hi;
+    lo = max(lo + j * step, low_key);
+    hi = min(next, high_key + 1);
+    if (hi - lo == 1) return {lo, count_above, mass_above, inside};
+  }
+}
+
+// The index of the n-th token (from 1, in index order) whose weight bits are `key`.
+template <class T>
+__device__ int64_t nth_tie(const Row<T>& row, uint32_t key, int64_t n) {
+  __shared__ int warp_ties[kWarps];
+  __shared__ int64_t found;
+  int64_t seen = 0;
+  for (int64_t base = 0; seen < n; base += kThreads) {  // seen is the same in every thread
+    const int64_t i = base + threadIdx.x;
+    const bool tie = i < row.V && __float_as_uint(row.weight(i)) == key;
+    const unsigned ballot = __ballot_sync(kAll, tie);
+    if (lane_id() == 0) warp_ties[warp_id()] = __popc(ballot);
+    __syncthreads();
+    int64_t before = seen;
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp_id()) before += warp_ties[w];
+      seen += warp_ties[w];
+    }
+    if (tie && before + __popc(ballot & ((1u << lane_id()) - 1)) + 1 == n) found = i;
+    __syncthreads();
+  }
+  return found;
+}
+
+// The tokens top-k, then top-p, keep: the CPU's set, found without sorting.
+template <class T>
+__device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double row_mass) {
+  const int64_t k = top_k > 0 ? min(static_cast<int64_t>(top_k), row.V) : row.V;
+  if (k == row.V && top_p >= 1) return {0, row.V};
+  Threshold at{0, 0, 0, static_cast<double>(row.V)};
+  double kept_ties = static_cast<double>(row.V), kept_mass = row_mass;
+  if (k < row.V) {
+    at = search(row, 0, Need{false, static_cast<double>(k)});
+    kept_ties = fmin(fmax(static_cast<double>(k) - at.count_above, 1.0), at.ties);
+    kept_mass = at.mass_above + kept_ties * __uint_as_float(at.key);
+  }
+  if (top_p < 1) {
+    const double target = static_cast<double>(top_p) * kept_mass;
+    const Threshold p = search(row, at.key, Need{true, target});
+    const double allowed = k < row.V && p.key == at.key ? kept_ties : p.ties;
+    const double w = __uint_as_float(p.key);
+    kept_ties = w > 0 ? fmin(fmax(ceil((target - p.mass_above) / w), 1.0), allowed) : allowed;
+    at = p;
+  }
+  const int64_t n = static_cast<int64_t>(kept_ties);
+  return {at.key, n < static_cast<int64_t>(at.ties) ? nth_tie(row, at.key, n) : row.V};
+}
+
+// Final pass: the FP64 sum of the kept weights of every chunk, into `chunk_mass`; returns
+// the sum of all weights (for the log-prob).
+template <class T>
+__device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int64_t chunks) {
+  double all = 0;
+  for (int64_t c = warp_id(); c < chunks; c += kWarps) {
+    double kept = 0;
+    const int64_t start = c * kChunk + lane_id() * kPerLane;
+    for (int64_t i = start; i < start + kPerLane && i < row.V; ++i) {
+      const float w = row.weight(i);
+      all += w;
+      if (cut.keeps(i, w)) kept += w;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) kept += __shfl_xor_sync(kAll, kept, offset);
+    if (lane_id() == 0) chunk_mass[c] = kept;
+  }
+  return block_sum(all);  // its barrier publishes chunk_mass
+}
+
+// The first kept token, in index order, whose running sum of weights passes u times the
+// kept sum; the last kept token with weight when rounding leaves the target out of reach.
+template <class T>
+__device__ int64_t pick(const Row<T>& row, Cut cut, float u, const double* chunk_mass, int64_t chunks) {
+  __shared__ double warp_mass[kWarps];
+  __shared__ double chunk_start;
+  __shared__ int64_t chosen;
+  // Each thread owns a run of consecutive chunks; a block scan gives where each run starts.
+  const int64_t per_thread = (chunks + kThreads - 1) / kThreads;
+  const int64_t first = min(threadIdx.x * per_thread, chunks), end = min(first + per_thread, chunks);
+  double own = 0;
+  for (int64_t c = first; c < end; ++c) own += chunk_mass[c];
+  const double inclusive = warp_inclusive_scan(own);
+  if (lane_id() == 31) warp_mass[warp_id()] = inclusive;
+  __syncthreads();
+  double running = inclusive - own, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp_id()) running += warp_mass[w];
+    total += warp_mass[w];
+  }
+  const double target = static_cast<double>(u) * total;
+  int64_t hit = chunks, last = -1;
+  double hit_start = 0;
+  for (int64_t c = first; c < end; ++c) {
+    if (chunk_mass[c] <= 0) continue;
+    last = c;
+    if (hit == chunks && running + chunk_mass[c] > target) hit = c, hit_start = running;
+    running += chunk_mass[c];
+  }
+  const int64_t hit_chunk = block_reduce(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  const int64_t last_chunk = block_reduce(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
+  if (hit == hit_chunk && hit < chunks) chunk_start = hit_start;
+  __syncthreads();
+
+  if (warp_id() == 0) {
+    const bool reached = hit_chunk < chunks;
+    const int64_t c = reached ? hit_chunk : last_chunk;
+    const int64_t start = c * kChunk + lane_id() * kPerLane;
+    float w[kPerLane];
+    double lane_mass = 0;
+    for (int e = 0; e < kPerLane; ++e) {
+      const int64_t i = start + e;
+      w[e] = i < row.V ? row.weight(i) : 0.f;
+      if (!cut.keeps(i, w[e])) w[e] = 0.f;
+      lane_mass += w[e];
+    }
+    const double lane_end = warp_inclusive_scan(lane_mass);
+    double sum = (reached ? chunk_start : 0.0) + lane_end - lane_mass;
+    int64_t lane_hit = -1, lane_last = -1;
+    for (int e = 0; e < kPerLane; ++e) {
+      if (w[e] <= 0) continue;
+      lane_last = start + e;
+      sum += w[e];
+      if (reached && lane_hit < 0 && sum > target) lane_hit = start + e;
+    }
+    const unsigned hits = __ballot_sync(kAll, lane_hit >= 0);
+    int64_t id = __shfl_sync(kAll, lane_hit, hits ? __ffs(hits) - 1 : 0);
+    for (int offset = 16; offset > 0; offset >>= 1) lane_last = max(lane_last, __shfl_xor_sync(kAll, lane_last, offset));
+    if (lane_id() == 0) chosen = hits ? id : lane_last;
+  }
+  __syncthreads();
+  return chosen;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(int32_t* ids, float* logprobs, const T* logits, int64_t V, const float* temperatures,
+                  const int32_t* top_ks, const float* top_ps, const float* uniforms) {
+  extern __shared__ double chunk_mass[];
+  const int64_t r = blockIdx.x;
+  const float temperature = temperatures[r];
+  const bool greedy = temperature == 0;
+  Row<T> row{logits + r * V, V, greedy ? 1.f : temperature, 0.f};
+  const Best best = row_max(row);
+  if (best.bad) {
+    if (threadIdx.x == 0) ids[r] = -1, logprobs[r] = NAN;
+    return;
+  }
+  row.max = best.max;
+  const Cut cut = greedy ? Cut{0, V} : truncation(row, top_ks[r], top_ps[r], best.mass);
+  const int64_t chunks = (V + kChunk - 1) / kChunk;
+  const double all = sum_chunks(row, cut, chunk_mass, chunks);
+  const int64_t id = greedy ? best.index : pick(row, cut, uniforms[r], chunk_mass, chunks);
+  if (threadIdx.x == 0) {
+    ids[r] = static_cast<int32_t>(id);
+    logprobs[r] = static_cast<float>(static_cast<double>(row.z(id) - row.max) - log(all));
+  }
+}
+
+}  // namespace
+
+void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
+                   const Tensor& top_k, const Tensor& top_p, const Tensor& u, cudaStream_t stream) {
+  const char* op = "cuda::sample_tokens";
+  check_op_arg(logits, op, "logits", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
+  const int64_t B = logits.shape[0], V = logits.shape[1];
+  check_op_arg(ids, op, "ids", Device::CUDA, {DType::I32}, {B});
+  check_op_arg(logprobs, op, "logprobs", Device::CUDA, {DType::F32}, {B});
+  check_op_arg(temperature, op, "temperature", Device::CUDA, {DType::F32}, {B});
+  check_op_arg(top_k, op, "top_k", Device::CUDA, {DType::I32}, {B});
+  check_op_arg(top_p, op, "top_p", Device::CUDA, {DType::F32}, {B});
+  check_op_arg(u, op, "u", Device::CUDA, {DType::F32}, {B});
+  if (V > kMaxVocab)
+    throw std::invalid_argument(std::string(op) + ": logits " + logits.describe() + " has a vocabulary over " +
+                                std::to_string(kMaxVocab) + " (the per-chunk sums must fit in shared memory)");
+  const size_t shared = static_cast<size_t>((V + kChunk - 1) / kChunk) * sizeof(double);
+  auto launch = [&](auto* data) {
+    sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
+        ids.ptr<int32_t>(), logprobs.ptr<float>(), data, V, temperature.ptr<float>(), top_k.ptr<int32_t>(),
+        top_p.ptr<float>(), u.ptr<float>());
+  };
+  if (logits.dtype == DType::BF16)
+    launch(logits.ptr<const __nv_bfloat16>());
+  else
+    launch(logits.ptr<const float>());
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
+    throw std::runtime_error(std::string(op) + ": kernel launch failed: " + cudaGetErrorString(status));
+}
+
+}  // namespace tandem::cuda

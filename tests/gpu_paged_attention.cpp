@@ -402,22 +402,24 @@ TEST_P(GpuPagedAttentionGraph, ReplaysWithNewBatchContents) {
   DeviceStep gpu(problems[0]);
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  CudaPagedAttention attention(stream, gpu.memory.pool(), attention_config(shape), problems[0].tokens,
-                               problems[0].sequences, "test.paged_attention");
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  gpu.run(attention, shape.heads, shape.kv_heads);
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  for (size_t i = 0; i < problems.size(); ++i) {
-    gpu.load(problems[i]);
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaStreamSynchronize(stream), "graph replay");
-    expect_matches_cpu(gpu, problems[i], "replay " + std::to_string(i));
+  {  // the attention object waits on its stream when it goes, so it must go first
+    CudaPagedAttention attention(stream, gpu.memory.pool(), attention_config(shape), problems[0].tokens,
+                                 problems[0].sequences, "test.paged_attention");
+    cudaGraph_t graph;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    gpu.run(attention, shape.heads, shape.kv_heads);
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (size_t i = 0; i < problems.size(); ++i) {
+      gpu.load(problems[i]);
+      check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      check(cudaStreamSynchronize(stream), "graph replay");
+      expect_matches_cpu(gpu, problems[i], "replay " + std::to_string(i));
+    }
+    check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+    check(cudaGraphDestroy(graph), "cudaGraphDestroy");
   }
-  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
-  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 

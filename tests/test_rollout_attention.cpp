@@ -117,15 +117,18 @@ TEST(KvCache, GeometryFromBytesAndOneTaggedAllocation) {
     KvCache cache(*pool, geometry, "test.kv_cache");
     ASSERT_EQ(pool->allocations().size(), 1u);
     EXPECT_EQ(pool->allocations()[0]->tag, tags::kv_cache);
-    EXPECT_EQ(pool->allocations()[0]->bytes, geometry.bytes());
+    // The blocks handed out, and the padding block after them.
+    const size_t bytes = geometry.bytes() + geometry.block_bytes();
+    EXPECT_EQ(pool->allocations()[0]->bytes, bytes);
+    EXPECT_EQ(cache.padding_block(), geometry.blocks);
     // The per-layer regions tile the allocation without overlap.
     for (int l = 0; l < 2; ++l) {
-      EXPECT_EQ(cache.keys(l).shape, (std::vector<int64_t>{geometry.token_capacity(), 12}));
+      EXPECT_EQ(cache.keys(l).shape, (std::vector<int64_t>{geometry.token_capacity() + 16, 12}));
       EXPECT_EQ(static_cast<char*>(cache.values(l).data) - static_cast<char*>(cache.keys(l).data),
                 static_cast<ptrdiff_t>(cache.keys(l).nbytes()));
     }
     EXPECT_EQ(static_cast<char*>(cache.values(1).data) + cache.values(1).nbytes(),
-              static_cast<char*>(pool->allocations()[0]->ptr) + geometry.bytes());
+              static_cast<char*>(pool->allocations()[0]->ptr) + bytes);
     EXPECT_EQ(cache.blocks().free_count(), geometry.blocks);
   }
   EXPECT_TRUE(pool->allocations().empty());

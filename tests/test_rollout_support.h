@@ -5,8 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include "model/cpu_ops.h"
-#include "rollout/cpu_paged_attention.h"
 #include "rollout/engine.h"
 #include "tensor/memory_pool.h"
 #include "test_model_support.h"
@@ -29,12 +27,10 @@ struct RolloutRig {
 
   std::unique_ptr<Engine> make_engine(const EngineOptions& options = small_engine_options(),
                                       const Tokenizer* tokenizer = nullptr) {
-    return std::make_unique<Engine>(model.config, model.params, ops, attention, *pool, options, tokenizer);
+    return std::make_unique<Engine>(model.config, model.params, *pool, options, tokenizer);
   }
 
   TinyModel model;
-  CpuOps ops;
-  CpuPagedAttention attention;
   std::unique_ptr<MemoryPool> pool;
 };
 

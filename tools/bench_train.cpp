@@ -24,6 +24,7 @@
 #include "model/cuda_ops.h"
 #include "model/cross_entropy.h"
 #include "model/transformer.h"
+#include "qwen3_0_6b.h"
 #include "tensor/memory_pool.h"
 #include "world/table.h"
 
@@ -47,20 +48,7 @@ void check(cudaError_t status, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ModelConfig config;
-  config.arch = Architecture::Qwen3;
-  config.layers = arg_int(argc, argv, "--layers", 28);
-  config.hidden = 1024;
-  config.heads = 16;
-  config.kv_heads = 8;
-  config.head_dim = 128;
-  config.intermediate = 3072;
-  config.vocab = 151936;
-  config.rope_theta = 1000000;
-  config.rms_eps = 1e-6;
-  config.qk_norm = true;
-  config.tie_embeddings = true;
-  config.max_position = 40960;
+  const ModelConfig config = qwen3_0_6b_config(arg_int(argc, argv, "--layers", 28));
   const int sequences = arg_int(argc, argv, "--sequences", 8);
   const int length = arg_int(argc, argv, "--length", 1024);
   const int steps = arg_int(argc, argv, "--steps", 10);
@@ -78,15 +66,8 @@ int main(int argc, char** argv) {
   Allocation* acts_slab = pool->allocate(tags::activations, Activations::slab_bytes(config, capacity, DType::BF16), "activations");
   Allocation* loss_slab = pool->allocate(tags::activations, static_cast<size_t>(T) * 16, "loss");
 
-  // Weights ~ N(0, 0.02), norms 1: generated on the host once.
   {
-    std::vector<float> host(P, 0.0f);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    for (const ParameterInfo& info : layout.tensors()) {
-      const bool norm = info.name.find("norm") != std::string::npos;
-      for (int64_t i = 0; i < info.numel(); ++i) host[info.offset + i] = norm ? 1.0f : normal(rng);
-    }
+    const std::vector<float> host = random_weights(layout, 1);
     check(cudaMemcpy(master->ptr, host.data(), P * 4, cudaMemcpyHostToDevice), "upload weights");
   }
   CudaOps ops;

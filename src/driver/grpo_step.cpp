@@ -88,8 +88,8 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   options.max_sequence_length = sequence_tokens;
   options.dtype = DType::F32;
   const Tensor engine_weights = memory.engine_weights();
-  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, DType::F32), engine_ops_,
-                                     attention_, pool, options, tokenizer_.get());
+  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, DType::F32), pool, options,
+                                     tokenizer_.get());
   // Transient: the handoffs drop them between train phases instead of copying them.
   const ActivationCapacity capacity{sequences * sequence_tokens, sequences};
   activations_ = pool.allocate(tags::activations, Activations::slab_bytes(model, capacity, DType::F32), "trainer.activations");

@@ -10,7 +10,6 @@
 
 #include "deck/deck.h"
 #include "io/run_file.h"
-#include "rollout/cpu_paged_attention.h"
 #include "rollout/engine.h"
 #include "tasks/char_tokenizer.h"
 #include "tasks/task.h"
@@ -68,8 +67,6 @@ class GrpoStep {
   PolicyTrainerSettings trainer_settings_;
   double sft_lr_;
   LrSchedule rl_schedule_;
-  CpuOps engine_ops_;
-  CpuPagedAttention attention_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<PolicyTrainer> trainer_;
 };

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "rollout/stop_strings.h"
-#include "tensor/bf16.h"
-#include "tensor/device_copy.h"
 
 namespace tandem {
 
@@ -30,18 +29,32 @@ StepCapacity step_capacity(const EngineOptions& options, int64_t max_sequence_le
           (max_sequence_length + options.block_size - 1) / options.block_size};
 }
 
+// Pads a decode step with sequences of one token at position 0 whose keys go to the
+// padding block, so that it has `rows` sequences.
+void pad_decode_step(StepInputs& inputs, int64_t rows, int32_t padding_block, int block_size, int64_t max_blocks) {
+  while (inputs.sequences() < rows) {
+    inputs.token_ids.push_back(0);
+    inputs.positions.push_back(0);
+    inputs.slots.push_back(padding_block * block_size);
+    inputs.cu_queries.push_back(inputs.cu_queries.back() + 1);
+    inputs.context_lens.push_back(1);
+    inputs.block_tables.insert(inputs.block_tables.end(), max_blocks, padding_block);
+  }
+}
+
 }  // namespace
 
-Engine::Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention,
-               MemoryPool& pool, const EngineOptions& options, const Tokenizer* tokenizer)
+Engine::Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPool& pool, const EngineOptions& options,
+               const Tokenizer* tokenizer)
     : config_(config),
       weights_(weights),
       options_(options),
       tokenizer_(tokenizer),
       max_sequence_length_(sequence_length_limit(config, options)),
       cache_(pool, cache_geometry_for(config, options), options.name + ".kv_cache"),
-      forward_(config, ops, attention, pool, step_capacity(options, max_sequence_length_), options.dtype,
-               options.name + ".step_scratch"),
+      backend_(make_engine_backend(pool, config, step_capacity(options, max_sequence_length_), options.name)),
+      forward_(config, backend_->ops(), backend_->attention(), pool, step_capacity(options, max_sequence_length_),
+               options.dtype, options.name + ".step_scratch"),
       scheduler_({options.max_running, options.max_step_tokens}, cache_.blocks(), options.block_size) {}
 
 void Engine::check(const GenerationRequest& request) const {
@@ -75,19 +88,10 @@ void Engine::submit(GenerationRequest request) {
   scheduler_.add(std::move(sequence));
 }
 
-const float* Engine::host_logits(const Tensor& logits) {
-  if (logits.device == Device::CPU && logits.dtype == DType::F32) return logits.ptr<float>();
-  logits_host_.resize(logits.numel());
-  if (logits.dtype == DType::F32) {
-    copy_tensor_to_host(logits_host_.data(), logits);
-  } else if (logits.dtype == DType::BF16) {
-    logits_bf16_.resize(logits.numel());
-    copy_tensor_to_host(logits_bf16_.data(), logits);
-    for (size_t i = 0; i < logits_bf16_.size(); ++i) logits_host_[i] = bf16_to_float(logits_bf16_[i]);
-  } else {
-    throw std::invalid_argument(options_.name + ": logits in " + logits.describe() + " cannot be sampled");
-  }
-  return logits_host_.data();
+int64_t Engine::graph_bucket(int64_t sequences) const {
+  int64_t bucket = 1;
+  while (bucket < sequences) bucket *= 2;
+  return std::min(bucket, forward_.capacity().max_sequences);
 }
 
 bool Engine::finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const {
@@ -135,8 +139,10 @@ std::vector<Completion> Engine::step() {
   const int64_t block_size = options_.block_size, max_blocks = forward_.capacity().max_blocks;
   StepInputs inputs;
   inputs.block_tables.assign(chunks.size() * max_blocks, 0);
+  std::vector<SampleRow> rows(chunks.size());
+  bool decodes_only = true;
   for (size_t b = 0; b < chunks.size(); ++b) {
-    const Sequence& sequence = *chunks[b].sequence;
+    Sequence& sequence = *chunks[b].sequence;
     for (int64_t p = sequence.computed; p < sequence.computed + chunks[b].tokens; ++p) {
       inputs.token_ids.push_back(sequence.tokens[p]);
       inputs.positions.push_back(static_cast<int32_t>(p));
@@ -145,21 +151,33 @@ std::vector<Completion> Engine::step() {
     inputs.cu_queries.push_back(static_cast<int32_t>(inputs.token_ids.size()));
     inputs.context_lens.push_back(static_cast<int32_t>(sequence.computed + chunks[b].tokens));
     std::copy(sequence.blocks.begin(), sequence.blocks.end(), inputs.block_tables.begin() + b * max_blocks);
+    decodes_only = decodes_only && chunks[b].tokens == 1;
+    if (chunks[b].tokens == sequence.pending()) {  // the sequence samples its next token in this step
+      const SamplingParams& sampling = sequence.request.sampling;
+      rows[b] = {sampling.temperature, sampling.top_k, sampling.top_p, draw_uniform(sampling, sequence.rng)};
+    }
   }
-  const Tensor logits = forward_.forward(weights_, cache_, inputs);
-  const float* rows = host_logits(logits);
+  const int64_t forward_tokens = inputs.tokens();
+  std::optional<int64_t> graph;
+  if (decodes_only && backend_->replays_graphs()) {
+    graph = graph_bucket(inputs.sequences());
+    pad_decode_step(inputs, *graph, cache_.padding_block(), options_.block_size, max_blocks);
+  }
+  forward_.stage(inputs);
+  RowSampler& sampler = backend_->sampler();
+  sampler.stage(rows);
+  backend_->run(graph, [&] { sampler.launch(forward_.run(weights_, cache_)); });
+  const std::span<const SampledToken> sampled = sampler.results();
   ++stats_.steps;
-  stats_.forward_tokens += inputs.tokens();
+  stats_.forward_tokens += forward_tokens;
 
   std::vector<Completion> done;
   for (size_t b = 0; b < chunks.size(); ++b) {
     Sequence& sequence = *chunks[b].sequence;
     sequence.computed += chunks[b].tokens;
     if (sequence.pending() > 0) continue;  // a prompt chunk that is not the last
-    const SampledToken token = sampler_.sample(std::span<const float>(rows + b * config_.vocab, config_.vocab),
-                                               sequence.request.sampling, sequence.rng);
-    sequence.tokens.push_back(token.id);
-    sequence.logprobs.push_back(token.logprob);
+    sequence.tokens.push_back(sampled[b].id);
+    sequence.logprobs.push_back(sampled[b].logprob);
     ++stats_.generated_tokens;
     FinishReason reason{};
     std::string stop_string;
@@ -194,6 +212,7 @@ std::vector<Completion> Engine::generate(std::vector<GenerationRequest> requests
 EngineStats Engine::stats() const {
   EngineStats stats = stats_;
   stats.preemptions = scheduler_.preemptions();
+  stats.graphs_captured = backend_->graphs_captured();
   return stats;
 }
 

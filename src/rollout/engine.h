@@ -3,7 +3,7 @@
 // on EOS ids, stop strings and max new tokens. Not thread-safe: one thread drives it
 // (RolloutManager gives each instance its own).
 //
-//   Engine engine(config, weights, ops, attention, pool, options);
+//   Engine engine(config, weights, pool, options);
 //   engine.submit(request);  ...
 //   while (engine.has_work()) for (Completion& c : engine.step()) ...
 #pragma once
@@ -15,13 +15,11 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/ops.h"
 #include "model/parameters.h"
+#include "rollout/engine_backend.h"
 #include "rollout/engine_forward.h"
 #include "rollout/kv_cache.h"
-#include "rollout/paged_attention.h"
 #include "rollout/request.h"
-#include "rollout/sampler.h"
 #include "rollout/scheduler.h"
 #include "tasks/tokenizer.h"
 #include "tensor/memory_pool.h"
@@ -43,15 +41,16 @@ struct EngineStats {
   int64_t forward_tokens = 0;  // tokens run through the model, recomputation included
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t graphs_captured = 0;  // decode batch sizes captured as CUDA graphs
 };
 
 class Engine {
  public:
-  // `weights` (in options.dtype, in the backend's memory) and `tokenizer` must outlive the
-  // engine; the tokenizer is needed only for stop strings. The KV cache and the step
-  // scratch are allocated from `pool` under tags::kv_cache.
-  Engine(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention, MemoryPool& pool,
-         const EngineOptions& options, const Tokenizer* tokenizer = nullptr);
+  // `weights` (in options.dtype, in the memory of `pool`'s device) and `tokenizer` must
+  // outlive the engine; the tokenizer is needed only for stop strings. The engine runs on
+  // the pool's device; its KV cache and step scratch come from `pool` under tags::kv_cache.
+  Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPool& pool, const EngineOptions& options,
+         const Tokenizer* tokenizer = nullptr);
 
   // Queues a request. Throws std::invalid_argument when it is malformed or could never
   // fit: empty prompt, id outside the vocabulary, prompt + max_new_tokens beyond the
@@ -63,7 +62,9 @@ class Engine {
   void check(const GenerationRequest& request) const;
 
   // Runs one batched forward over the scheduled sequences, samples their next tokens and
-  // returns the completions that finished in it (in the order they were scheduled).
+  // returns the completions that finished in it (in the order they were scheduled). On
+  // CUDA, a step of decodes only is padded to the next power of two sequences and
+  // replayed from that size's graph.
   std::vector<Completion> step();
 
   // Ends every queued and running request as FinishReason::Abort, with the tokens it had,
@@ -86,7 +87,8 @@ class Engine {
   Completion complete(std::unique_ptr<Sequence> sequence, FinishReason reason, std::string stop_string = {});
   // The finish reason once `sequence` has taken its latest token, if it is done.
   bool finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const;
-  const float* host_logits(const Tensor& logits);
+  // The batch size whose graph runs a decode step of `sequences`.
+  int64_t graph_bucket(int64_t sequences) const;
 
   ModelConfig config_;
   ParameterSet weights_;
@@ -94,12 +96,10 @@ class Engine {
   const Tokenizer* tokenizer_;
   int64_t max_sequence_length_;
   KvCache cache_;
+  std::unique_ptr<EngineBackend> backend_;
   EngineForward forward_;
   Scheduler scheduler_;
-  Sampler sampler_;
   std::set<uint64_t> active_ids_;
-  std::vector<float> logits_host_;
-  std::vector<uint16_t> logits_bf16_;
   EngineStats stats_;
 };
 

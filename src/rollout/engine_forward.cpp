@@ -31,17 +31,19 @@ EngineForward::EngineForward(const ModelConfig& config, Ops& ops, PagedAttention
   config_.validate();
   if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)
     throw std::invalid_argument("EngineForward: capacity needs 1 <= max_sequences <= max_tokens and max_blocks >= 1");
-  size_t bytes = 0;
-  bind(nullptr, &bytes);
+  size_t bytes = 0, inputs_bytes = 0;
+  bind(nullptr, pool.device(), &bytes, &inputs_bytes);
   allocation_ = pool.allocate(tags::kv_cache, bytes, name);
-  scratch_ = bind(allocation_->ptr, &bytes);
+  scratch_ = bind(allocation_->ptr, pool.device(), &bytes, &inputs_bytes);
+  staging_.assign(inputs_bytes / sizeof(int32_t), 0);
+  staged_ = bind(staging_.data(), Device::CPU, &bytes, &inputs_bytes);
+  std::copy(inv_freq_.begin(), inv_freq_.end(), staged_.inv_freq.ptr<float>());
 }
 
 EngineForward::~EngineForward() { pool_.release(allocation_); }
 
-EngineForward::Scratch EngineForward::bind(void* base, size_t* bytes) const {
+EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* bytes, size_t* inputs_bytes) const {
   size_t offset = 0;
-  const Device device = pool_.device();
   auto take = [&](DType dtype, std::vector<int64_t> shape) {
     offset = (offset + 255) / 256 * 256;
     Tensor tensor = Tensor::view(base ? static_cast<char*>(base) + offset : nullptr, dtype, device, std::move(shape));
@@ -59,6 +61,8 @@ EngineForward::Scratch EngineForward::bind(void* base, size_t* bytes) const {
   s.block_tables = take(DType::I32, {B, capacity_.max_blocks});
   s.last_rows = take(DType::I32, {B});
   s.inv_freq = take(DType::F32, {config_.head_dim / 2});
+  offset = (offset + 255) / 256 * 256;
+  *inputs_bytes = offset;
   s.rstd = take(DType::F32, {T * std::max(config_.heads, config_.kv_heads)});
   s.hidden = take(dtype_, {T, C});
   s.normed = take(dtype_, {T, C});
@@ -81,7 +85,7 @@ EngineForward::Scratch EngineForward::bind(void* base, size_t* bytes) const {
   return s;
 }
 
-Tensor EngineForward::forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step) {
+void EngineForward::stage(const StepInputs& step) {
   const int64_t T = step.tokens(), B = step.sequences(), max_blocks = capacity_.max_blocks;
   if (B < 1 || T > capacity_.max_tokens || B > capacity_.max_sequences)
     bad_step("a step of " + std::to_string(T) + " tokens in " + std::to_string(B) +
@@ -94,28 +98,38 @@ Tensor EngineForward::forward(const ParameterSet& params, const KvCache& cache, 
              " positions, " + std::to_string(step.slots.size()) + " slots, " + std::to_string(step.cu_queries.size()) +
              " query offsets, " + std::to_string(step.block_tables.size()) + " block table entries for " +
              std::to_string(B) + " sequences");
+  auto put = [](const Tensor& into, const std::vector<int32_t>& values) {
+    std::copy(values.begin(), values.end(), into.ptr<int32_t>());
+  };
+  put(staged_.token_ids, step.token_ids);
+  put(staged_.positions, step.positions);
+  put(staged_.slots, step.slots);
+  put(staged_.cu_queries, step.cu_queries);
+  put(staged_.context_lens, step.context_lens);
+  put(staged_.block_tables, step.block_tables);
+  for (int64_t b = 0; b < B; ++b) staged_.last_rows.ptr<int32_t>()[b] = step.cu_queries[b + 1] - 1;
+  // The whole input region, inv_freq included: the scratch may have been dropped (and
+  // come back zeroed) with the cache since the last step.
+  ops_.copy_from_host(Tensor::view(scratch_.token_ids.data, DType::I32, pool_.device(), {static_cast<int64_t>(staging_.size())}),
+                      staging_.data());
+  staged_tokens_ = T;
+  staged_sequences_ = B;
+}
+
+Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
+  const int64_t T = staged_tokens_, B = staged_sequences_;
+  if (B < 1) bad_step("run() without a staged step");
   if (static_cast<int>(params.layers.size()) != config_.layers)
     bad_step("the parameters were laid out for another model config");
   const KvCacheGeometry& geometry = cache.geometry();
   if (geometry.layers != config_.layers || geometry.kv_dim != config_.kv_dim())
     bad_step("the KV cache was laid out for another model config");
 
-  std::vector<int32_t> last_rows(B);
-  for (int64_t b = 0; b < B; ++b) last_rows[b] = step.cu_queries[b + 1] - 1;
   const Scratch& s = scratch_;
   auto rows = [T](const Tensor& t) { return first_rows(t, T); };
   const Tensor ids = rows(s.token_ids), positions = rows(s.positions), last = first_rows(s.last_rows, B);
   const PagedBatch batch{rows(s.slots), first_rows(s.cu_queries, B + 1), first_rows(s.context_lens, B),
                          first_rows(s.block_tables, B), geometry.block_size};
-  ops_.copy_from_host(ids, step.token_ids.data());
-  ops_.copy_from_host(positions, step.positions.data());
-  ops_.copy_from_host(batch.slots, step.slots.data());
-  ops_.copy_from_host(batch.cu_queries, step.cu_queries.data());
-  ops_.copy_from_host(batch.context_lens, step.context_lens.data());
-  ops_.copy_from_host(batch.block_tables, step.block_tables.data());
-  ops_.copy_from_host(last, last_rows.data());
-  // Staged every step: the scratch may have been dropped (and come back zeroed) with the cache.
-  ops_.copy_from_host(s.inv_freq, inv_freq_.data());
 
   const float eps = static_cast<float>(config_.rms_eps);
   const int H = config_.heads, KV = config_.kv_heads;

@@ -50,9 +50,17 @@ class EngineForward {
 
   const StepCapacity& capacity() const { return capacity_; }
 
-  // Writes the new tokens' keys and values into `cache` and returns the logits of each
-  // sequence's last new token, [B, vocab] in the working dtype, in the backend's memory.
-  Tensor forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step);
+  // Checks the step and queues ONE copy of all its inputs (ids, positions, slots, block
+  // tables, ...) into the scratch, so that run() reads them from fixed addresses.
+  void stage(const StepInputs& step);
+  // The staged step's device work, kernels only (a CUDA graph can capture it): writes the
+  // new tokens' keys and values into `cache` and returns the logits of each sequence's
+  // last new token, [B, vocab] in the working dtype, in the backend's memory.
+  Tensor run(const ParameterSet& params, const KvCache& cache);
+  Tensor forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step) {
+    stage(step);
+    return run(params, cache);
+  }
 
  private:
   struct Scratch {
@@ -61,7 +69,9 @@ class EngineForward {
     Tensor hidden, normed, q, k, v, q_normed, k_normed, attention, branch, gate, up, mlp;
     Tensor last_hidden, last_normed, logits;
   };
-  Scratch bind(void* base, size_t* bytes) const;
+  // Lays the scratch out from `base` (nullptr: only measures). The step inputs come
+  // first, so one copy of [0, inputs_bytes) stages them all.
+  Scratch bind(void* base, Device device, size_t* bytes, size_t* inputs_bytes) const;
 
   ModelConfig config_;
   Ops& ops_;
@@ -72,6 +82,9 @@ class EngineForward {
   Allocation* allocation_ = nullptr;
   Scratch scratch_;
   std::vector<float> inv_freq_;
+  std::vector<int32_t> staging_;  // host image of the scratch's input region
+  Scratch staged_;                // views of the same inputs in staging_
+  int64_t staged_tokens_ = 0, staged_sequences_ = 0;
 };
 
 }  // namespace tandem

@@ -11,10 +11,8 @@
 #include <vector>
 
 #include "deck/command_flags.h"
-#include "model/cpu_ops.h"
 #include "model/hf_import.h"
 #include "model/parameters.h"
-#include "rollout/cpu_paged_attention.h"
 #include "rollout/engine.h"
 #include "tasks/tokenizer.h"
 #include "tensor/memory_pool.h"
@@ -104,9 +102,7 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
     const int64_t blocks = (engine_options.max_sequence_length + one_block.block_size - 1) / one_block.block_size;
     engine_options.kv_cache_bytes = blocks * one_block.block_bytes();
     engine_options.name = "generate";
-    CpuOps ops;
-    CpuPagedAttention attention;
-    Engine engine(config, params, ops, attention, *pool, engine_options, tokenizer.get());
+    Engine engine(config, params, *pool, engine_options, tokenizer.get());
 
     const auto start = std::chrono::steady_clock::now();
     const Completion completion = engine.generate({request}).front();

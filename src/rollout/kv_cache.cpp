@@ -25,9 +25,9 @@ KvCacheGeometry KvCacheGeometry::for_bytes(const ModelConfig& config, size_t byt
 KvCache::KvCache(MemoryPool& pool, const KvCacheGeometry& geometry, const std::string& name)
     : pool_(pool),
       geometry_(geometry),
-      allocation_(pool.allocate(tags::kv_cache, geometry.bytes(), name)),
+      allocation_(pool.allocate(tags::kv_cache, geometry.bytes() + geometry.block_bytes(), name)),
       blocks_(geometry.blocks) {
-  const int64_t rows = geometry.token_capacity();
+  const int64_t rows = geometry.token_capacity() + geometry.block_size;
   const size_t region = static_cast<size_t>(rows * geometry.kv_dim) * dtype_size(geometry.dtype);
   char* base = static_cast<char*>(allocation_->ptr);
   for (int l = 0; l < geometry.layers; ++l) {

@@ -2,6 +2,8 @@
 // tags::kv_cache, cut into fixed-size blocks of `block_size` token rows. Per layer there is
 // a key and a value region of [blocks * block_size, kv_heads * head_dim]; token row r of a
 // block b is row b * block_size + r of each region. Keys are stored after q/k-norm and RoPE.
+// One block more than the geometry's is laid out and never handed out: the padding rows
+// of a step padded to a captured graph's batch size write their keys there.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +43,7 @@ class KvCache {
   const KvCacheGeometry& geometry() const { return geometry_; }
   const Tensor& keys(int layer) const { return keys_.at(layer); }
   const Tensor& values(int layer) const { return values_.at(layer); }
+  int32_t padding_block() const { return geometry_.blocks; }
   BlockAllocator& blocks() { return blocks_; }
   const BlockAllocator& blocks() const { return blocks_; }
 

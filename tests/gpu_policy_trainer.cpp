@@ -21,6 +21,20 @@ using tandem::testing::CpuTrainer;
 
 namespace {
 
+// The trainer tests' model with GPU-sized heads (32 dims: the tensor-core attention path
+// in BF16) and a vocabulary of more than one block of threads.
+ModelConfig gpu_config() {
+  ModelConfig config = tandem::testing::trainer_config();
+  config.hidden = 64;
+  config.heads = 4;
+  config.kv_heads = 2;
+  config.head_dim = 32;
+  config.intermediate = 96;
+  config.vocab = 384;
+  config.max_position = 128;
+  return config;
+}
+
 struct DeviceBuffer {
   void* data = nullptr;
   explicit DeviceBuffer(size_t bytes) {
@@ -98,8 +112,8 @@ struct Tolerances {
 
 const std::vector<TrainSequence>& batch(int step) {
   static const std::vector<std::vector<TrainSequence>> batches = {
-      tandem::testing::random_batch(tandem::testing::trainer_config(), 8, 31),
-      tandem::testing::random_batch(tandem::testing::trainer_config(), 8, 32)};
+      tandem::testing::random_batch(gpu_config(), 8, 31),
+      tandem::testing::random_batch(gpu_config(), 8, 32)};
   return batches[step - 1];
 }
 
@@ -125,7 +139,7 @@ void expect_close(const TrainStepResult& got, const TrainStepResult& want, const
 // dtype, so both start from the same model).
 void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances& tolerance) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " aggregation " + std::to_string(static_cast<int>(aggregation)));
-  const ModelConfig config = tandem::testing::trainer_config();
+  const ModelConfig config = gpu_config();
   std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 41);
   if (dtype == DType::BF16)
     for (auto& w : weights) w = bf16_to_float(float_to_bf16(w));
@@ -168,7 +182,7 @@ TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInBf16) {
 // through NCCL), then the supervised step.
 TEST(GpuPolicyTrainer, MicroBatchedEqualsTheWholeBatch) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  const ModelConfig config = tandem::testing::trainer_config();
+  const ModelConfig config = gpu_config();
   const std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 43);
   const int64_t budget = 12;
   const ActivationCapacity micro_capacity{

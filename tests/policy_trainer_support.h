@@ -2,6 +2,7 @@
 // the CPU (test_policy_trainer.cpp) and on the GPU (gpu_policy_trainer.cpp).
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -71,7 +72,8 @@ inline std::vector<TrainSequence> random_batch(const ModelConfig& config, int se
     sequence.completion.resize(static_cast<size_t>(completion_length(rng)));
     for (auto& id : sequence.prompt) id = token(rng);
     for (auto& id : sequence.completion) id = token(rng);
-    for (size_t j = 0; j < sequence.completion.size(); ++j) sequence.old_logprobs.push_back(-3.5f + 0.3f * normal(rng));
+    for (size_t j = 0; j < sequence.completion.size(); ++j)
+      sequence.old_logprobs.push_back(-std::log(static_cast<float>(config.vocab)) + 0.3f * normal(rng));
     sequence.advantage = normal(rng);
   }
   return batch;

@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <stdexcept>
+#include <string>
 
 #include "logprobs.cuh"
 #include "model/op_args.h"
@@ -20,112 +22,153 @@ __device__ inline float from_float<float>(float x) { return x; }
 template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Online (max, sum of exp) pair merge.
-__device__ inline void merge(float& m, float& s, float other_m, float other_s) {
-  const float merged = fmaxf(m, other_m);
-  s = (m == -FLT_MAX ? 0.f : s * __expf(m - merged)) + (other_m == -FLT_MAX ? 0.f : other_s * __expf(other_m - merged));
-  m = merged;
+// The running state of a row's reduction over some of its z = logits/temperature:
+// the max m, s = sum exp(z - m) and w = sum exp(z - m) (z - m). Then lse = m + log s and
+// the entropy is log s - w / s; keeping w relative to the max avoids the cancellation of
+// lse - E[z] when the logits are large.
+struct RowState {
+  float m = -FLT_MAX, s = 0.f, w = 0.f;
+};
+
+__device__ inline void add(RowState& r, float z) {
+  if (z > r.m) {
+    // Moving the reference to z: sum e^(z_i - z) (z_i - z) = e^(m - z) (w + (m - z) s).
+    const float scale = __expf(r.m - z);
+    r.w = r.s == 0.f ? 0.f : scale * (r.w + (r.m - z) * r.s);
+    r.s = r.s * scale + 1.f;
+    r.m = z;
+  } else {
+    const float e = __expf(z - r.m);
+    r.s += e;
+    r.w += e * (z - r.m);
+  }
 }
 
-__device__ inline void block_reduce(float& m, float& s) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
-  __shared__ float shared_m[32], shared_s[32];
+__device__ inline void merge(RowState& r, const RowState& o) {
+  if (o.s == 0.f) return;
+  if (r.s == 0.f) {
+    r = o;
+    return;
+  }
+  const float m = fmaxf(r.m, o.m);
+  const float a = __expf(r.m - m), b = __expf(o.m - m);
+  r.w = a * (r.w + (r.m - m) * r.s) + b * (o.w + (o.m - m) * o.s);
+  r.s = a * r.s + b * o.s;
+  r.m = m;
+}
+
+__device__ inline RowState shuffle(const RowState& r, int offset) {
+  return RowState{__shfl_xor_sync(0xffffffffu, r.m, offset), __shfl_xor_sync(0xffffffffu, r.s, offset),
+                  __shfl_xor_sync(0xffffffffu, r.w, offset)};
+}
+
+// Every thread ends with the state of the whole row.
+__device__ inline void block_reduce(RowState& r) {
+  for (int offset = 16; offset > 0; offset >>= 1) merge(r, shuffle(r, offset));
+  __shared__ float shared_m[32], shared_s[32], shared_w[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) shared_m[warp] = m, shared_s[warp] = s;
+  if (lane == 0) shared_m[warp] = r.m, shared_s[warp] = r.s, shared_w[warp] = r.w;
   __syncthreads();
   if (warp == 0) {
-    m = lane < blockDim.x / 32 ? shared_m[lane] : -FLT_MAX;
-    s = lane < blockDim.x / 32 ? shared_s[lane] : 0.f;
-    for (int offset = 16; offset > 0; offset >>= 1)
-      merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
-    if (lane == 0) shared_m[0] = m, shared_s[0] = s;
+    r = lane < blockDim.x / 32 ? RowState{shared_m[lane], shared_s[lane], shared_w[lane]} : RowState{};
+    for (int offset = 16; offset > 0; offset >>= 1) merge(r, shuffle(r, offset));
+    if (lane == 0) shared_m[0] = r.m, shared_s[0] = r.s, shared_w[0] = r.w;
   }
   __syncthreads();
-  m = shared_m[0];
-  s = shared_s[0];
+  r = RowState{shared_m[0], shared_s[0], shared_w[0]};
 }
 
 template <class T>
-__global__ void forward_kernel(float* logp, float* lse, const T* logits, const int32_t* targets, int64_t V,
-                               float inv_temperature) {
+__global__ void forward_kernel(float* logp, float* entropy, float* lse, const T* logits, const int32_t* targets,
+                               int64_t V, float inv_temperature) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * V;
-  float m = -FLT_MAX, s = 0.f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float z = to_float(x[v]) * inv_temperature;
-    if (z > m) {
-      s = s * __expf(m - z) + 1.f;
-      m = z;
-    } else {
-      s += __expf(z - m);
-    }
-  }
-  block_reduce(m, s);
+  RowState r;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) add(r, to_float(x[v]) * inv_temperature);
+  block_reduce(r);
   if (threadIdx.x == 0) {
-    const float row_lse = m + logf(s);
+    const float log_s = logf(r.s);
+    const float row_lse = r.m + log_s;
     lse[row] = row_lse;
     const int32_t target = targets[row];
     logp[row] = target >= 0 ? to_float(x[target]) * inv_temperature - row_lse : 0.f;
+    if (entropy) entropy[row] = target >= 0 ? log_s - r.w / r.s : 0.f;
   }
 }
 
 template <class T>
 __global__ void backward_kernel(T* dlogits, const T* logits, const int32_t* targets, const float* lse,
-                                const float* dlogp, int64_t V, float inv_temperature) {
+                                const float* entropy, const float* dlogp, const float* dentropy, int64_t V,
+                                float inv_temperature) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * V;
   T* dx = dlogits + row * V;
   const int32_t target = targets[row];
-  const float scale = target >= 0 ? dlogp[row] * inv_temperature : 0.f;
+  const float g_logp = target >= 0 ? dlogp[row] : 0.f;
+  const float g_entropy = target >= 0 && dentropy ? dentropy[row] : 0.f;
+  const float h = g_entropy != 0.f ? entropy[row] : 0.f;
   const float row_lse = lse[row];
   // Each element is read before it is written by the same thread: in-place is safe.
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float p = __expf(to_float(x[v]) * inv_temperature - row_lse);
-    dx[v] = from_float<T>(scale * ((v == target ? 1.f : 0.f) - p));
+    const float log_p = to_float(x[v]) * inv_temperature - row_lse, p = __expf(log_p);
+    const float dz = g_logp * ((v == target ? 1.f : 0.f) - p) - g_entropy * p * (log_p + h);
+    dx[v] = from_float<T>(dz * inv_temperature);
   }
 }
 
-void check_arguments(const Tensor& logits, const Tensor& targets, const char* op) {
+void check_arguments(const Tensor& logits, const Tensor& targets, const Tensor& lse, const char* op) {
   check_op_arg(logits, op, "logits", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   check_op_arg(targets, op, "targets", Device::CUDA, {DType::I32}, {logits.shape[0]});
+  check_op_arg(lse, op, "lse", Device::CUDA, {DType::F32}, {logits.shape[0]});
 }
 
 }  // namespace
 
-void token_logprobs_forward(const Tensor& logp, const Tensor& lse, const Tensor& logits, const Tensor& targets,
-                            float temperature, cudaStream_t stream) {
+void token_logprobs_forward(const Tensor& logp, const Tensor& entropy, const Tensor& lse, const Tensor& logits,
+                            const Tensor& targets, float temperature, cudaStream_t stream) {
   const char* op = "cuda::token_logprobs_forward";
-  check_arguments(logits, targets, op);
+  check_arguments(logits, targets, lse, op);
   check_op_arg(logp, op, "logp", Device::CUDA, {DType::F32}, {logits.shape[0]});
-  check_op_arg(lse, op, "lse", Device::CUDA, {DType::F32}, {logits.shape[0]});
+  if (entropy.data) check_op_arg(entropy, op, "entropy", Device::CUDA, {DType::F32}, {logits.shape[0]});
   const int64_t T = logits.shape[0], V = logits.shape[1];
   if (T == 0) return;
   const float inv = 1.f / temperature;
+  auto* out_entropy = entropy.data ? entropy.ptr<float>() : nullptr;
   if (logits.dtype == DType::BF16)
-    forward_kernel<<<T, kThreads, 0, stream>>>(logp.ptr<float>(), lse.ptr<float>(), logits.ptr<__nv_bfloat16>(),
-                                                targets.ptr<int32_t>(), V, inv);
+    forward_kernel<<<T, kThreads, 0, stream>>>(logp.ptr<float>(), out_entropy, lse.ptr<float>(),
+                                                logits.ptr<__nv_bfloat16>(), targets.ptr<int32_t>(), V, inv);
   else
-    forward_kernel<<<T, kThreads, 0, stream>>>(logp.ptr<float>(), lse.ptr<float>(), logits.ptr<float>(),
+    forward_kernel<<<T, kThreads, 0, stream>>>(logp.ptr<float>(), out_entropy, lse.ptr<float>(), logits.ptr<float>(),
                                                 targets.ptr<int32_t>(), V, inv);
 }
 
 void token_logprobs_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                             const Tensor& dlogp, float temperature, cudaStream_t stream) {
+                             const Tensor& entropy, const Tensor& dlogp, const Tensor& dentropy, float temperature,
+                             cudaStream_t stream) {
   const char* op = "cuda::token_logprobs_backward";
-  check_arguments(logits, targets, op);
+  check_arguments(logits, targets, lse, op);
   check_op_arg(dlogits, op, "dlogits", Device::CUDA, {logits.dtype}, {logits.shape[0], logits.shape[1]});
-  check_op_arg(lse, op, "lse", Device::CUDA, {DType::F32}, {logits.shape[0]});
   check_op_arg(dlogp, op, "dlogp", Device::CUDA, {DType::F32}, {logits.shape[0]});
+  if (!dentropy.data != !entropy.data)
+    throw std::invalid_argument(std::string(op) + ": dentropy and entropy must be given together (an entropy term) "
+                                "or both be empty, got dentropy " + dentropy.describe() + ", entropy " +
+                                entropy.describe());
+  if (dentropy.data) {
+    check_op_arg(dentropy, op, "dentropy", Device::CUDA, {DType::F32}, {logits.shape[0]});
+    check_op_arg(entropy, op, "entropy", Device::CUDA, {DType::F32}, {logits.shape[0]});
+  }
   const int64_t T = logits.shape[0], V = logits.shape[1];
   if (T == 0) return;
   const float inv = 1.f / temperature;
+  auto* h = entropy.data ? entropy.ptr<float>() : nullptr;
+  auto* dh = dentropy.data ? dentropy.ptr<float>() : nullptr;
   if (logits.dtype == DType::BF16)
     backward_kernel<<<T, kThreads, 0, stream>>>(dlogits.ptr<__nv_bfloat16>(), logits.ptr<__nv_bfloat16>(),
-                                                 targets.ptr<int32_t>(), lse.ptr<float>(), dlogp.ptr<float>(), V, inv);
+                                                 targets.ptr<int32_t>(), lse.ptr<float>(), h, dlogp.ptr<float>(), dh,
+                                                 V, inv);
   else
     backward_kernel<<<T, kThreads, 0, stream>>>(dlogits.ptr<float>(), logits.ptr<float>(), targets.ptr<int32_t>(),
-                                                 lse.ptr<float>(), dlogp.ptr<float>(), V, inv);
+                                                 lse.ptr<float>(), h, dlogp.ptr<float>(), dh, V, inv);
 }
 
 }  // namespace tandem::cuda

@@ -1,17 +1,19 @@
-// The fused log-prob kernels against the CPU twin (cross_entropy on logits / temperature),
-// on fresh random logits, F32 and BF16, with rows that have no target.
+// The fused log-prob kernels against the CPU twin (the trainer's chunked log-probs, in
+// double), on fresh random logits, F32 and BF16, with rows that have no target, with and
+// without the entropy and its gradient.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "logprobs.cuh"
-#include "model/cross_entropy.h"
 #include "support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
+#include "train/chunked_logprobs.h"
 
 using namespace tandem;
 
@@ -23,8 +25,9 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(data); }
 };
 
-void check_case(int64_t T, int64_t V, DType dtype, float temperature) {
-  SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " V=" + std::to_string(V));
+void check_case(int64_t T, int64_t V, DType dtype, float temperature, bool with_entropy) {
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " V=" + std::to_string(V) +
+               (with_entropy ? " entropy" : ""));
   const unsigned seed = std::random_device{}();
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.f, 3.f);
@@ -34,24 +37,21 @@ void check_case(int64_t T, int64_t V, DType dtype, float temperature) {
     for (auto& x : logits) x = bf16_to_float(float_to_bf16(x));  // both sides see the same values
   std::vector<int32_t> targets(T);
   for (int64_t t = 0; t < T; ++t) targets[t] = t % 5 == 4 ? -1 : static_cast<int32_t>(rng() % V);
-  std::vector<float> dlogp(T);
+  std::vector<float> dlogp(T), dentropy(with_entropy ? T : 0);
   for (auto& d : dlogp) d = normal(rng);
+  for (auto& d : dentropy) d = normal(rng) / 3;
 
-  // CPU twin, one row at a time: cross_entropy of logits/T gives -logp and, with
-  // scale = -dlogp/T, the gradient with respect to the logits.
-  std::vector<float> ref_logp(T), ref_dlogits(T * V);
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> row(logits.begin() + t * V, logits.begin() + (t + 1) * V);
-    for (auto& x : row) x /= temperature;
-    const Tensor row_t = Tensor::view(row.data(), DType::F32, Device::CPU, {1, V});
-    const int32_t target[1] = {targets[t]};
-    ref_logp[t] = static_cast<float>(-cross_entropy(row_t, target, Tensor{}));
-    cross_entropy(row_t, target, row_t, -dlogp[t] / temperature);
-    std::copy(row.begin(), row.end(), ref_dlogits.begin() + t * V);
-  }
+  // CPU twin on the same values in F32, its gradient unrounded.
+  std::vector<float> ref_logp(T), ref_entropy(with_entropy ? T : 0), ref_dlogits(logits);
+  const Tensor ref_t = Tensor::view(ref_dlogits.data(), DType::F32, Device::CPU, {T, V});
+  const LogprobSettings settings{temperature, 16};
+  std::vector<float> workspace(logprob_workspace_elements(T, V, settings.chunk_tokens));
+  chunked_logprobs_forward(ref_t, targets, settings, workspace, ref_logp, ref_entropy);
+  chunked_logprobs_backward(ref_t, targets, settings, workspace, dlogp, dentropy, ref_t);
 
   const size_t element = dtype_size(dtype);
-  DeviceBuffer d_logits(T * V * element), d_targets(T * 4), d_logp(T * 4), d_lse(T * 4), d_dlogp(T * 4);
+  DeviceBuffer d_logits(T * V * element), d_targets(T * 4), d_logp(T * 4), d_entropy(T * 4), d_lse(T * 4),
+      d_dlogp(T * 4), d_dentropy(T * 4);
   const Tensor logits_t = Tensor::view(d_logits.data, dtype, Device::CUDA, {T, V});
   if (dtype == DType::BF16) {
     std::vector<uint16_t> bits(T * V);
@@ -60,20 +60,29 @@ void check_case(int64_t T, int64_t V, DType dtype, float temperature) {
   } else {
     copy_host_to_tensor(logits_t, logits.data());
   }
-  const Tensor targets_t = Tensor::view(d_targets.data, DType::I32, Device::CUDA, {T});
-  const Tensor logp_t = Tensor::view(d_logp.data, DType::F32, Device::CUDA, {T});
-  const Tensor lse_t = Tensor::view(d_lse.data, DType::F32, Device::CUDA, {T});
-  const Tensor dlogp_t = Tensor::view(d_dlogp.data, DType::F32, Device::CUDA, {T});
+  auto vector_t = [&](const DeviceBuffer& buffer, DType type) { return Tensor::view(buffer.data, type, Device::CUDA, {T}); };
+  const Tensor targets_t = vector_t(d_targets, DType::I32), logp_t = vector_t(d_logp, DType::F32),
+               lse_t = vector_t(d_lse, DType::F32), dlogp_t = vector_t(d_dlogp, DType::F32);
+  const Tensor entropy_t = with_entropy ? vector_t(d_entropy, DType::F32) : Tensor{};
+  const Tensor dentropy_t = with_entropy ? vector_t(d_dentropy, DType::F32) : Tensor{};
   copy_host_to_tensor(targets_t, targets.data());
   copy_host_to_tensor(dlogp_t, dlogp.data());
-  cuda::token_logprobs_forward(logp_t, lse_t, logits_t, targets_t, temperature, nullptr);
-  cuda::token_logprobs_backward(logits_t, logits_t, targets_t, lse_t, dlogp_t, temperature, nullptr);  // in place
+  if (with_entropy) copy_host_to_tensor(dentropy_t, dentropy.data());
+  cuda::token_logprobs_forward(logp_t, entropy_t, lse_t, logits_t, targets_t, temperature, nullptr);
+  cuda::token_logprobs_backward(logits_t, logits_t, targets_t, lse_t, entropy_t, dlogp_t, dentropy_t, temperature,
+                                nullptr);  // in place
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
-  std::vector<float> logp(T);
-  copy_tensor_to_host(logp.data(), logp_t);
   // FP32 accumulation over up to 151,936 exponentials: 1e-4 relative to log V.
-  for (int64_t t = 0; t < T; ++t) ASSERT_NEAR(logp[t], ref_logp[t], 1e-4 * (1 + std::fabs(ref_logp[t]))) << t << " seed " << seed;
+  std::vector<float> logp(T), entropy(T);
+  copy_tensor_to_host(logp.data(), logp_t);
+  for (int64_t t = 0; t < T; ++t)
+    ASSERT_NEAR(logp[t], ref_logp[t], 1e-4 * (1 + std::fabs(ref_logp[t]))) << t << " seed " << seed;
+  if (with_entropy) {
+    copy_tensor_to_host(entropy.data(), entropy_t);
+    for (int64_t t = 0; t < T; ++t)
+      ASSERT_NEAR(entropy[t], ref_entropy[t], 1e-4 * (1 + ref_entropy[t])) << t << " seed " << seed;
+  }
   std::vector<float> dlogits(T * V);
   if (dtype == DType::BF16) {
     std::vector<uint16_t> bits(T * V);
@@ -82,19 +91,27 @@ void check_case(int64_t T, int64_t V, DType dtype, float temperature) {
   } else {
     copy_tensor_to_host(dlogits.data(), logits_t);
   }
-  // F32: 1e-6 absolute (probabilities are at most 1); BF16 output: half an ulp (2^-9) relative.
+  // Per element: the output's rounding (F32: 1e-5 relative; BF16: half an ulp, 2^-9)
+  // plus FP32 error in the row's log-sum-exp, at most 1e-5 of the row's largest value.
   const double rel = dtype == DType::BF16 ? 1.0 / 256 : 1e-5;
-  for (size_t i = 0; i < dlogits.size(); ++i)
-    ASSERT_NEAR(dlogits[i], ref_dlogits[i], 1e-6 + rel * std::fabs(ref_dlogits[i])) << i << " seed " << seed;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* ref_row = ref_dlogits.data() + t * V;
+    float row_max = 0;
+    for (int64_t v = 0; v < V; ++v) row_max = std::max(row_max, std::fabs(ref_row[v]));
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_NEAR(dlogits[t * V + v], ref_row[v], 1e-6 + rel * std::fabs(ref_row[v]) + 1e-5 * row_max)
+          << "row " << t << " column " << v << " seed " << seed;
+  }
 }
 
 }  // namespace
 
 TEST(GpuLogprobs, MatchCpuTwinF32AndBf16) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    check_case(37, 1000, dtype, 0.7f);
-    check_case(5, 151936, dtype, 1.0f);
-    check_case(1, 3, dtype, 1.3f);
-  }
+  for (bool with_entropy : {false, true})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      check_case(37, 1000, dtype, 0.7f, with_entropy);
+      check_case(5, 151936, dtype, 1.0f, with_entropy);
+      check_case(1, 3, dtype, 1.3f, with_entropy);
+    }
 }

@@ -117,8 +117,8 @@ void compare_with_cpu(bool qk_norm, bool qkv_bias, bool tied, DType dtype, doubl
   copy_host_to_tensor(targets_t, targets.data());
   const std::vector<float> mean_weight(T, -1.0f / counted);  // loss = -mean logp
   copy_host_to_tensor(dlogp, mean_weight.data());
-  cuda::token_logprobs_forward(logp, lse, logits, targets_t, 1.0f, ops.stream());
-  cuda::token_logprobs_backward(logits, logits, targets_t, lse, dlogp, 1.0f, ops.stream());
+  cuda::token_logprobs_forward(logp, Tensor{}, lse, logits, targets_t, 1.0f, ops.stream());
+  cuda::token_logprobs_backward(logits, logits, targets_t, lse, Tensor{}, dlogp, Tensor{}, 1.0f, ops.stream());
   transformer.backward(params, grads, acts, logits);
   ops.synchronize();
   const std::vector<float> token_logp = host_floats(logp);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 
 #include "train/policy_loss.h"
 
@@ -146,6 +147,37 @@ TEST(GrpoLoss, MatchesTheDoubleReferenceForEveryAggregation) {
       EXPECT_EQ(r.metrics.tokens, 22);
     }
   }
+}
+
+// Two micro-batches of whole sequences given the batch's denominators: their losses add
+// up to the batch's and their gradients are the batch's, for every aggregation.
+TEST(GrpoLoss, MicroBatchesWithTheBatchDenominatorsAddUpToTheBatch) {
+  const Batch b;
+  const PolicyLossBatch whole = b.view();
+  auto part = [&](size_t begin, size_t end, std::span<const int32_t> cu_seqlens) {
+    PolicyLossBatch p = whole;
+    for (auto* values : {&p.logp, &p.old_logp, &p.ref_logp, &p.entropy, &p.advantages})
+      *values = values->subspan(begin, end - begin);
+    p.mask = p.mask.subspan(begin, end - begin);
+    p.cu_seqlens = cu_seqlens;
+    p.batch_tokens = 22;
+    p.batch_sequences = 3;  // sequence 2 has no completion token
+    return p;
+  };
+  const std::vector<int32_t> first_cu = {0, 9, 20}, second_cu = {0, 5, 20};
+  for (const LossAggregation aggregation : kAggregations) {
+    const PolicyLossSettings s{.eps_high = 0.28, .aggregation = aggregation, .kl_coef = 0.05, .entropy_coef = 0.01};
+    const PolicyLoss all = policy_loss(whole, s);
+    const PolicyLoss first = policy_loss(part(0, 20, first_cu), s), second = policy_loss(part(20, 40, second_cu), s);
+    EXPECT_NEAR(first.loss + second.loss, all.loss, 1e-12) << static_cast<int>(aggregation);
+    for (size_t t = 0; t < 40; ++t) {
+      EXPECT_EQ(t < 20 ? first.dlogp[t] : second.dlogp[t - 20], all.dlogp[t]) << t;
+      EXPECT_EQ(t < 20 ? first.dentropy[t] : second.dentropy[t - 20], all.dentropy[t]) << t;
+    }
+  }
+  PolicyLossBatch too_few = part(0, 20, first_cu);
+  too_few.batch_tokens = 3;  // the first micro-batch alone has 13
+  EXPECT_THROW(policy_loss(too_few, {}), std::invalid_argument);
 }
 
 TEST(GrpoLoss, AggregationWeightsDiffer) {

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
   auto train_step = [&](int64_t step) {
     ops.zero(Tensor::view(grads_slab->ptr, DType::F32, Device::CUDA, {P}));
     const Tensor logits = transformer.forward(params, acts, ids, cu_seqlens);
-    cuda::token_logprobs_forward(logp, lse, logits, targets_t, 1.0f, ops.stream());
-    cuda::token_logprobs_backward(logits, logits, targets_t, lse, dlogp, 1.0f, ops.stream());
+    cuda::token_logprobs_forward(logp, Tensor{}, lse, logits, targets_t, 1.0f, ops.stream());
+    cuda::token_logprobs_backward(logits, logits, targets_t, lse, Tensor{}, dlogp, Tensor{}, 1.0f, ops.stream());
     transformer.backward(params, grads, acts, logits);
     optimizer_step(step);
   };

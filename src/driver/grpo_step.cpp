@@ -92,17 +92,19 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
                                      tokenizer_.get());
   // Transient: the handoffs drop them between train phases instead of copying them.
   const ActivationCapacity capacity{sequences * sequence_tokens, sequences};
-  activations_ = pool.allocate(tags::activations, Activations::slab_bytes(model, capacity, DType::F32), "trainer.activations");
-  trainer_ = std::make_unique<PolicyTrainer>(model, layout, memory.master().ptr<float>(), memory.grads().ptr<float>(),
-                                             memory.exp_avg().ptr<float>(), memory.exp_avg_sq().ptr<float>(),
-                                             activations_->ptr, capacity, communicator, world_size);
+  activations_ = pool.allocate(tags::activations, PolicyTrainer::activation_bytes(model, capacity, DType::F32),
+                               "trainer.activations");
+  // The CPU backend trains the FP32 master weights themselves.
+  const PolicyTrainerMemory trainer_memory{memory.master(), memory.grads(), memory.exp_avg(),
+                                           memory.exp_avg_sq(), memory.master(), activations_->ptr};
+  trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
     // The frozen reference is the initial policy, rebuilt from the seed (so a restart gets
     // the same one), under its own tag: it is trainer memory that never changes.
     reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(DType::F32), "trainer.reference_weights");
     const std::vector<float> initial = ColocatedMemory::initial_weights(layout, seed_);
     std::copy(initial.begin(), initial.end(), static_cast<float*>(reference_->ptr));
-    trainer_->set_reference(static_cast<const float*>(reference_->ptr));
+    trainer_->set_reference(Tensor::view(reference_->ptr, DType::F32, pool.device(), {layout.slab_elements()}));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deck/deck.h"
+#include "model/cpu_ops.h"
 #include "io/run_file.h"
 #include "rollout/engine.h"
 #include "tasks/char_tokenizer.h"

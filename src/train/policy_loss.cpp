@@ -14,15 +14,26 @@ void require_length(size_t length, size_t tokens, const char* name) {
                                 " values for " + std::to_string(tokens) + " tokens");
 }
 
+// The batch's count when a micro-batch is given one, else the micro-batch's own.
+int64_t batch_count(int64_t given, int64_t own, const char* name) {
+  if (given == 0) return own;
+  if (given < own)
+    throw std::invalid_argument(std::string("policy_loss: ") + name + " = " + std::to_string(given) +
+                                " is fewer than this micro-batch's " + std::to_string(own));
+  return given;
+}
+
 // The aggregation weight of every token (0 on unmasked ones).
 std::vector<double> token_weights(const PolicyLossBatch& batch, LossAggregation aggregation, int64_t masked) {
   const size_t T = batch.logp.size();
   std::vector<double> weights(T, 0);
   switch (aggregation) {
-    case LossAggregation::TokenMean:
+    case LossAggregation::TokenMean: {
+      const auto tokens = static_cast<double>(batch_count(batch.batch_tokens, masked, "batch_tokens"));
       for (size_t t = 0; t < T; ++t)
-        if (batch.mask[t]) weights[t] = 1.0 / static_cast<double>(masked);
+        if (batch.mask[t]) weights[t] = 1.0 / tokens;
       break;
+    }
     case LossAggregation::GlobalTokenSum:
       if (masked > 0 && !(batch.global_tokens >= static_cast<double>(masked)))
         throw std::invalid_argument("policy_loss: global-token-sum needs global_tokens >= this batch's " +
@@ -42,8 +53,9 @@ std::vector<double> token_weights(const PolicyLossBatch& batch, LossAggregation 
       for (size_t s = 0; s + 1 < cu.size(); ++s)
         counts.push_back(std::count_if(batch.mask.begin() + cu[s], batch.mask.begin() + cu[s + 1],
                                        [](uint8_t m) { return m != 0; }));
-      const auto sequences =
-          static_cast<double>(std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }));
+      const auto sequences = static_cast<double>(batch_count(
+          batch.batch_sequences, std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }),
+          "batch_sequences"));
       for (size_t s = 0; s + 1 < cu.size(); ++s)
         for (int32_t t = cu[s]; t < cu[s + 1]; ++t)
           if (batch.mask[t]) weights[t] = 1.0 / (sequences * static_cast<double>(counts[s]));

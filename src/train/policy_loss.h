@@ -7,11 +7,14 @@
 //   kl     = k1: logp - ref_logp     k3: exp(ref_logp - logp) - (ref_logp - logp) - 1
 //   loss_t = pg + kl_coef * kl - entropy_coef * entropy
 // and the loss is sum_t w_t * loss_t over the masked tokens, with w_t from the aggregation:
-//   token-mean           1 / (masked tokens of this batch)
+//   token-mean           1 / (masked tokens of the batch)
 //   seq-mean-token-mean  1 / (sequences with a masked token * that sequence's masked tokens)
 //   global-token-sum     1 / global_tokens: the masked tokens of the whole step, summed by
 //                        the caller over micro-batches and ranks (DAPO); the ranks' gradients
 //                        are then summed, not averaged.
+// A micro-batch of whole sequences is given the denominators of the batch it belongs to
+// (batch_tokens, batch_sequences), so the micro-batches' losses and gradients add up to
+// the batch's.
 // The clip zeroes the gradient of a token when the ratio has left [1 - eps_low, 1 + eps_high]
 // on the side its advantage pushes towards. No dual clip; the k3 value is not clamped
 // (it is computed in double, so nothing overflows).
@@ -40,7 +43,7 @@ struct PolicyLossSettings {
   double entropy_coef = 0;  // a bonus: the loss subtracts entropy_coef * entropy
 };
 
-// Per-token inputs of a packed micro-batch, all of length T.
+// Per-token inputs of a packed (micro-)batch, all of length T.
 struct PolicyLossBatch {
   std::span<const float> logp;        // current policy, at the sampled tokens
   std::span<const float> old_logp;    // the policy that sampled them
@@ -50,6 +53,9 @@ struct PolicyLossBatch {
   std::span<const uint8_t> mask;      // 1: a completion token that counts; 0: prompt or padding
   std::span<const int32_t> cu_seqlens;  // [S+1] sequence starts; needed by seq-mean-token-mean
   double global_tokens = 0;             // needed by global-token-sum
+  // The batch this micro-batch is part of; 0: these inputs are the whole batch.
+  int64_t batch_tokens = 0;     // token-mean: the batch's masked tokens
+  int64_t batch_sequences = 0;  // seq-mean-token-mean: the batch's sequences with a masked token
 };
 
 struct PolicyLossMetrics {

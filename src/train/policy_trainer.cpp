@@ -1,32 +1,106 @@
 #include "train/policy_trainer.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <span>
 #include <stdexcept>
+#include <string>
 
-#include "train/chunked_logprobs.h"
 #include "train/gradient_clipping.h"
+#include "train/trainer_backend.h"
 
 namespace tandem {
 
+namespace {
 
-PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads,
-                             float* exp_avg, float* exp_avg_sq, void* activations, ActivationCapacity capacity,
+constexpr size_t kAlignment = 256;  // the activation slab's
+constexpr int kTokenBuffers = 7;    // TokenBuffers' tensors, scalar included
+
+size_t align_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::unique_ptr<TrainerBackend> make_backend(Device device) {
+  if (device == Device::CPU) return make_cpu_trainer_backend();
+#ifdef TANDEM_HAVE_CUDA
+  return make_cuda_trainer_backend();
+#else
+  throw std::invalid_argument("PolicyTrainer: the slabs are CUDA memory, and this build has no CUDA backend");
+#endif
+}
+
+// The checks on the caller's memory; returns it.
+const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const ParameterLayout& layout,
+                                   const Communicator& communicator) {
+  const Device device = memory.master.device;
+  const std::pair<const char*, const Tensor*> slabs[] = {{"master", &memory.master},
+                                                         {"grads", &memory.grads},
+                                                         {"exp_avg", &memory.exp_avg},
+                                                         {"exp_avg_sq", &memory.exp_avg_sq},
+                                                         {"working", &memory.working}};
+  for (const auto& [name, slab] : slabs) {
+    const bool dtype_ok = slab == &memory.working ? slab->dtype == DType::F32 || slab->dtype == DType::BF16
+                                                  : slab->dtype == DType::F32;
+    if (!slab->data || !dtype_ok || slab->device != device || slab->numel() != layout.slab_elements() ||
+        !slab->is_contiguous())
+      throw std::invalid_argument(std::string("PolicyTrainer: the ") + name + " slab must be a flat " +
+                                  (slab == &memory.working ? "F32 or BF16" : "F32") + " tensor of " +
+                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(device) +
+                                  ", got " + slab->describe());
+  }
+  if (!memory.activations)
+    throw std::invalid_argument("PolicyTrainer: no activation slab (activations is null)");
+  if (device == Device::CPU && memory.working.dtype != DType::F32)
+    throw std::invalid_argument("PolicyTrainer: the CPU backend trains in FP32, got a working copy " +
+                                memory.working.describe());
+  if (communicator.device() != device)
+    throw std::invalid_argument(std::string("PolicyTrainer: the communicator reduces on ") +
+                                device_name(communicator.device()) + " memory, the slabs are on " +
+                                device_name(device));
+  return memory;
+}
+
+}  // namespace
+
+size_t PolicyTrainer::activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype) {
+  return align_up(Activations::slab_bytes(config, capacity, dtype)) +
+         kTokenBuffers * align_up(static_cast<size_t>(capacity.max_tokens) * 4);
+}
+
+PolicyTrainer::TokenBuffers PolicyTrainer::bind_token_buffers(void* base, Device device, int64_t max_tokens) {
+  auto* next = static_cast<char*>(base);
+  const size_t stride = align_up(static_cast<size_t>(max_tokens) * 4);
+  auto take = [&](DType dtype, int64_t elements) {
+    const Tensor tensor = Tensor::view(next, dtype, device, {elements});
+    next += stride;
+    return tensor;
+  };
+  TokenBuffers buffers;
+  buffers.targets = take(DType::I32, max_tokens);
+  buffers.logp = take(DType::F32, max_tokens);
+  buffers.entropy = take(DType::F32, max_tokens);
+  buffers.lse = take(DType::F32, max_tokens);
+  buffers.dlogp = take(DType::F32, max_tokens);
+  buffers.dentropy = take(DType::F32, max_tokens);
+  buffers.scalar = take(DType::F32, 1);
+  return buffers;
+}
+
+PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout,
+                             const PolicyTrainerMemory& memory, ActivationCapacity capacity,
                              Communicator& communicator, int world_size)
     : config_(config),
       layout_(layout),
-      master_(master),
-      grads_(grads),
-      exp_avg_(exp_avg),
-      exp_avg_sq_(exp_avg_sq),
-      params_(ParameterSet::bind(layout, master, DType::F32)),
-      grad_params_(ParameterSet::bind(layout, grads, DType::F32)),
+      memory_(checked(memory, layout, communicator)),
+      params_(ParameterSet::bind(layout, memory.working.data, memory.working.dtype, memory.working.device)),
+      grad_params_(ParameterSet::bind(layout, memory.grads.data, DType::F32, memory.grads.device)),
       capacity_(capacity),
-      acts_(Activations::bind(config, capacity, activations, DType::F32)),
-      transformer_(config_, ops_),
+      backend_(make_backend(memory.master.device)),
+      acts_(Activations::bind(config, capacity, memory.activations, memory.working.dtype, memory.working.device)),
+      tokens_(bind_token_buffers(static_cast<char*>(memory.activations) + align_up(acts_.bytes),
+                                 memory.working.device, capacity.max_tokens)),
+      transformer_(config_, backend_->ops()),
       communicator_(communicator),
       world_size_(world_size) {}
+
+PolicyTrainer::~PolicyTrainer() = default;
 
 PolicyTrainer::Packed PolicyTrainer::pack(const std::vector<TrainSequence>& batch) const {
   Packed packed;
@@ -53,13 +127,29 @@ PolicyTrainer::Packed PolicyTrainer::pack(const std::vector<TrainSequence>& batc
       packed.advantages[first + j] = sequence.advantage;
     }
   }
-  if (static_cast<int64_t>(packed.ids.size()) > capacity_.max_tokens ||
-      static_cast<int64_t>(batch.size()) > capacity_.max_sequences)
-    throw std::invalid_argument("PolicyTrainer: a batch of " + std::to_string(packed.ids.size()) + " tokens in " +
-                                std::to_string(batch.size()) + " sequences exceeds the trainer's capacity (" +
-                                std::to_string(capacity_.max_tokens) + " tokens, " +
-                                std::to_string(capacity_.max_sequences) + " sequences)");
   return packed;
+}
+
+std::vector<PolicyTrainer::MicroBatch> PolicyTrainer::split(const Packed& packed, int64_t micro_batch_tokens) const {
+  std::vector<MicroBatch> micros;
+  const std::vector<int32_t>& cu = packed.cu_seqlens;
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const int64_t length = cu[s + 1] - cu[s];
+    if (micros.empty() || (micro_batch_tokens > 0 && micros.back().tokens() + length > micro_batch_tokens))
+      micros.push_back(MicroBatch{s, s, cu[s], cu[s], {0}});
+    MicroBatch& micro = micros.back();
+    micro.last = s + 1;
+    micro.end = cu[s + 1];
+    micro.cu_seqlens.push_back(static_cast<int32_t>(micro.tokens()));
+  }
+  for (const MicroBatch& micro : micros)
+    if (micro.tokens() > capacity_.max_tokens || static_cast<int64_t>(micro.last - micro.first) > capacity_.max_sequences)
+      throw std::invalid_argument(
+          "PolicyTrainer: a micro-batch of " + std::to_string(micro.tokens()) + " tokens in " +
+          std::to_string(micro.last - micro.first) + " sequences exceeds the trainer's capacity (" +
+          std::to_string(capacity_.max_tokens) + " tokens, " + std::to_string(capacity_.max_sequences) +
+          " sequences; micro_batch_tokens = " + std::to_string(micro_batch_tokens) + ")");
+  return micros;
 }
 
 std::vector<std::vector<float>> PolicyTrainer::per_sequence(const std::vector<TrainSequence>& batch,
@@ -72,94 +162,168 @@ std::vector<std::vector<float>> PolicyTrainer::per_sequence(const std::vector<Tr
   return result;
 }
 
-void PolicyTrainer::set_reference(const float* reference) {
-  reference_ = reference ? ParameterSet::bind(layout_, const_cast<float*>(reference), DType::F32) : ParameterSet{};
+PolicyLossBatch PolicyTrainer::loss_inputs(const Packed& packed, const TokenValues& values, int64_t begin,
+                                           int64_t end, std::span<const int32_t> cu_seqlens) {
+  const auto n = static_cast<size_t>(end - begin);
+  const auto b = static_cast<size_t>(begin);
+  auto part = [&](const auto& vector) {
+    return vector.empty() ? std::span<const typename std::decay_t<decltype(vector)>::value_type>()
+                          : std::span(vector).subspan(b, n);
+  };
+  PolicyLossBatch inputs;
+  inputs.logp = part(values.logp);
+  inputs.ref_logp = part(values.ref_logp);
+  inputs.entropy = part(values.entropy);
+  inputs.old_logp = part(packed.old_logp);
+  inputs.advantages = part(packed.advantages);
+  inputs.mask = part(packed.mask);
+  inputs.cu_seqlens = cu_seqlens;
+  return inputs;
 }
 
-Tensor PolicyTrainer::forward(const ParameterSet& params, const Packed& packed, std::vector<float>& logp,
-                              std::vector<float>* entropy, const PolicyTrainerSettings& settings) {
-  const Tensor logits = transformer_.forward(params, acts_, packed.ids, packed.cu_seqlens);
-  const int64_t T = logits.shape[0];
-  workspace_.resize(logprob_workspace_elements(T, config_.vocab, settings.logprob_chunk));
-  logp.assign(T, 0.0f);
-  if (entropy) entropy->assign(T, 0.0f);
-  chunked_logprobs_forward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
-                           workspace_, logp, entropy ? std::span<float>(*entropy) : std::span<float>());
+void PolicyTrainer::set_reference(const Tensor& reference) {
+  if (!reference.data) {
+    reference_ = ParameterSet{};
+    return;
+  }
+  if (reference.dtype != memory_.working.dtype || reference.device != memory_.working.device ||
+      reference.numel() != layout_.slab_elements())
+    throw std::invalid_argument("PolicyTrainer: the reference policy must be a slab of " +
+                                std::to_string(layout_.slab_elements()) + " " + dtype_name(memory_.working.dtype) +
+                                " elements on " + device_name(memory_.working.device) + " (the working copy's), got " +
+                                reference.describe());
+  reference_ = ParameterSet::bind(layout_, reference.data, reference.dtype, reference.device);
+}
+
+Tensor PolicyTrainer::forward(const ParameterSet& params, const Packed& packed, const MicroBatch& micro,
+                              std::span<float> logp, std::span<float> entropy, const PolicyTrainerSettings& settings) {
+  const int64_t T = micro.tokens();
+  const Tensor logits = transformer_.forward(
+      params, acts_, std::span(packed.ids).subspan(static_cast<size_t>(micro.begin), static_cast<size_t>(T)),
+      micro.cu_seqlens);
+  const Tensor targets = first_rows(tokens_.targets, T);
+  backend_->ops().copy_from_host(targets, packed.targets.data() + micro.begin);
+  const Tensor logp_t = first_rows(tokens_.logp, T);
+  const Tensor entropy_t = entropy.empty() ? Tensor{} : first_rows(tokens_.entropy, T);
+  backend_->token_logprobs_forward(logp_t, entropy_t, first_rows(tokens_.lse, T), logits, targets,
+                                   LogprobSettings{settings.temperature, settings.logprob_chunk});
+  backend_->copy_to_host(logp.data(), logp_t);
+  if (!entropy.empty()) backend_->copy_to_host(entropy.data(), entropy_t);
   return logits;
+}
+
+void PolicyTrainer::backward(const MicroBatch& micro, const Tensor& logits, const PolicyLoss& gradient,
+                             const PolicyTrainerSettings& settings) {
+  const int64_t T = micro.tokens();
+  Ops& ops = backend_->ops();
+  const Tensor dlogp = first_rows(tokens_.dlogp, T);
+  ops.copy_from_host(dlogp, gradient.dlogp.data());
+  // With an entropy term, the forward's entropy is still in its buffer (the policy's
+  // forward of this micro-batch was the last one).
+  Tensor dentropy, entropy;
+  if (!gradient.dentropy.empty()) {
+    dentropy = first_rows(tokens_.dentropy, T);
+    entropy = first_rows(tokens_.entropy, T);
+    ops.copy_from_host(dentropy, gradient.dentropy.data());
+  }
+  backend_->token_logprobs_backward(logits, first_rows(tokens_.targets, T), first_rows(tokens_.lse, T), entropy, dlogp,
+                                    dentropy, LogprobSettings{settings.temperature, settings.logprob_chunk});
+  transformer_.backward(params_, grad_params_, acts_, logits);
+}
+
+void PolicyTrainer::accumulate_gradients(const Packed& packed, TokenValues& values,
+                                         const PolicyTrainerSettings& settings, const LossGradient& loss_gradient) {
+  const std::vector<MicroBatch> micros = split(packed, settings.micro_batch_tokens);
+  backend_->ops().zero(memory_.grads);
+  auto part = [](std::vector<float>& vector, const MicroBatch& micro) {
+    return vector.empty() ? std::span<float>()
+                          : std::span(vector).subspan(static_cast<size_t>(micro.begin),
+                                                      static_cast<size_t>(micro.tokens()));
+  };
+  for (const MicroBatch& micro : micros) {
+    // The reference runs first: the policy's forward must be the last one on the activations.
+    if (!values.ref_logp.empty()) forward(reference_, packed, micro, part(values.ref_logp, micro), {}, settings);
+    const Tensor logits = forward(params_, packed, micro, part(values.logp, micro), part(values.entropy, micro), settings);
+    backward(micro, logits, loss_gradient(micro), settings);
+  }
 }
 
 double PolicyTrainer::sum_over_ranks(double value) {
   float total = static_cast<float>(value);  // token counts: exact in FP32 below 2^24
-  communicator_.all_reduce_sum(&total, 1);
+  backend_->ops().copy_from_host(tokens_.scalar, &total);
+  communicator_.all_reduce_sum(tokens_.scalar.ptr<float>(), 1);
   communicator_.synchronize();
+  backend_->copy_to_host(&total, tokens_.scalar);
   return total;
 }
 
-TrainStepResult PolicyTrainer::backward_and_update(const Packed& packed, const Tensor& logits,
-                                                   const std::vector<float>& dlogp,
-                                                   const std::vector<float>& dentropy, double lr, int64_t step,
-                                                   const PolicyTrainerSettings& settings, bool gradients_add_up) {
-  chunked_logprobs_backward(logits, packed.targets, LogprobSettings{settings.temperature, settings.logprob_chunk},
-                            workspace_, dlogp, dentropy, logits);
-  const size_t n = static_cast<size_t>(layout_.slab_elements());
-  std::memset(grads_, 0, n * sizeof(float));
-  transformer_.backward(params_, grad_params_, acts_, logits);
-  communicator_.all_reduce_sum(grads_, n);
+TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrainerSettings& settings,
+                                      bool gradients_add_up) {
+  const Tensor& grads = memory_.grads;
+  backend_->synchronize();  // the collective runs on the communicator's own stream
+  communicator_.all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
   communicator_.synchronize();
-  if (world_size_ > 1 && !gradients_add_up) {
-    const float scale = 1.0f / static_cast<float>(world_size_);
-    for (size_t i = 0; i < n; ++i) grads_[i] *= scale;
-  }
+  if (world_size_ > 1 && !gradients_add_up) backend_->scale(grads, 1.0f / static_cast<float>(world_size_));
   TrainStepResult result;
-  const std::span<float> slabs[] = {std::span<float>(grads_, n)};
-  result.grad_norm = settings.max_grad_norm > 0 ? clip_gradient_norm(slabs, settings.max_grad_norm)
-                                                : std::sqrt(gradient_square_sum(slabs));
+  result.grad_norm = std::sqrt(backend_->square_sum(grads));
+  if (settings.max_grad_norm > 0) {
+    const double factor = clip_scale(result.grad_norm, settings.max_grad_norm);
+    if (factor != 1) backend_->scale(grads, static_cast<float>(factor));
+  }
   if (!std::isfinite(result.grad_norm)) return result;  // skip the update, keep the weights
   AdamWSettings adamw = settings.adamw;
   adamw.lr = lr;
+  const bool bf16_working = memory_.working.dtype == DType::BF16;
   for (const ParameterInfo& info : layout_.tensors()) {
     const size_t offset = static_cast<size_t>(info.offset);
-    adamw_step_cpu(master_ + offset, grads_ + offset, exp_avg_ + offset, exp_avg_sq_ + offset,
-                   static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2));
+    backend_->adamw_step(memory_.master.ptr<float>() + offset, grads.ptr<float>() + offset,
+                         memory_.exp_avg.ptr<float>() + offset, memory_.exp_avg_sq.ptr<float>() + offset,
+                         static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
+                         bf16_working ? memory_.working.ptr<uint16_t>() + offset : nullptr);
   }
+  // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
+  if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
+  backend_->synchronize();
   return result;
 }
 
 TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss,
                                          double lr, int64_t step, const PolicyTrainerSettings& settings) {
   const Packed packed = pack(batch);
-  // The reference runs first: the policy's forward must be the last one on the activations.
-  std::vector<float> ref_logp;
-  if (loss.kl_coef != 0) {
-    if (!reference_.layout) throw std::invalid_argument("PolicyTrainer: a KL term needs a reference policy");
-    forward(reference_, packed, ref_logp, nullptr, settings);
-  }
-  std::vector<float> logp, entropy;
-  const Tensor logits = forward(params_, packed, logp, &entropy, settings);
-  PolicyLossBatch inputs;
-  inputs.logp = logp;
-  inputs.ref_logp = ref_logp;
-  inputs.entropy = entropy;
-  inputs.old_logp = packed.old_logp;
-  inputs.advantages = packed.advantages;
-  inputs.mask = packed.mask;
-  inputs.cu_seqlens = packed.cu_seqlens;
+  if (loss.kl_coef != 0 && !reference_.layout)
+    throw std::invalid_argument("PolicyTrainer: a KL term needs a reference policy");
+  // The whole batch's denominators, which every micro-batch's loss is normalised by.
+  const int64_t tokens = std::count(packed.mask.begin(), packed.mask.end(), uint8_t{1});
+  int64_t sequences = 0;
+  for (size_t s = 0; s < batch.size(); ++s)
+    sequences += std::any_of(packed.mask.begin() + packed.cu_seqlens[s], packed.mask.begin() + packed.cu_seqlens[s + 1],
+                             [](uint8_t m) { return m != 0; });
   const bool global = loss.aggregation == LossAggregation::GlobalTokenSum;
-  if (global) {
-    int64_t tokens = 0;
-    for (uint8_t m : packed.mask) tokens += m;
-    inputs.global_tokens = sum_over_ranks(static_cast<double>(tokens));
-  }
-  const PolicyLoss policy = policy_loss(inputs, loss);
-  std::vector<std::vector<float>> sequence_logp = per_sequence(batch, packed, logp);
-  TrainStepResult result = backward_and_update(packed, logits, policy.dlogp, policy.dentropy, lr, step, settings, global);
+  const double global_tokens = global ? sum_over_ranks(static_cast<double>(tokens)) : 0.0;
+  auto with_denominators = [&](PolicyLossBatch inputs) {
+    inputs.global_tokens = global_tokens;
+    inputs.batch_tokens = tokens;
+    inputs.batch_sequences = sequences;
+    return inputs;
+  };
+
+  const size_t T = packed.ids.size();
+  TokenValues values{std::vector<float>(T), std::vector<float>(T),
+                     loss.kl_coef != 0 ? std::vector<float>(T) : std::vector<float>()};
+  accumulate_gradients(packed, values, settings, [&](const MicroBatch& micro) {
+    return policy_loss(with_denominators(loss_inputs(packed, values, micro.begin, micro.end, micro.cu_seqlens)), loss);
+  });
+  // The loss and its metrics over the whole batch.
+  const PolicyLoss policy = policy_loss(
+      with_denominators(loss_inputs(packed, values, 0, static_cast<int64_t>(T), packed.cu_seqlens)), loss);
+  TrainStepResult result = update(lr, step, settings, global);
   // The step's loss: a sum of the ranks' shares, or the mean of the ranks' means.
   result.loss = global ? sum_over_ranks(policy.loss) : sum_over_ranks(policy.loss) / world_size_;
   result.metrics = policy.metrics;
-  result.sequence_logp = std::move(sequence_logp);
+  result.sequence_logp = per_sequence(batch, packed, values.logp);
   result.tokens = policy.metrics.tokens;
   double sum = 0;
-  for (size_t t = 0; t < logp.size(); ++t) sum += packed.mask[t] ? logp[t] : 0.0;
+  for (size_t t = 0; t < T; ++t) sum += packed.mask[t] ? values.logp[t] : 0.0;
   result.mean_logp = result.tokens ? sum / static_cast<double>(result.tokens) : 0.0;
   return result;
 }
@@ -167,18 +331,21 @@ TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch
 TrainStepResult PolicyTrainer::sft_step(const std::vector<TrainSequence>& batch, double lr, int64_t step,
                                         const PolicyTrainerSettings& settings) {
   const Packed packed = pack(batch);
-  std::vector<float> logp;
-  const Tensor logits = forward(params_, packed, logp, nullptr, settings);
-  int64_t tokens = 0;
-  double sum = 0;
-  for (size_t t = 0; t < logp.size(); ++t)
-    if (packed.mask[t]) ++tokens, sum += logp[t];
+  const int64_t tokens = std::count(packed.mask.begin(), packed.mask.end(), uint8_t{1});
   // The mean over every rank's tokens, so the update does not depend on how the batch is split.
   const double global_tokens = sum_over_ranks(static_cast<double>(tokens));
-  std::vector<float> dlogp(logp.size(), 0.0f);
-  for (size_t t = 0; t < logp.size(); ++t)
-    if (packed.mask[t]) dlogp[t] = static_cast<float>(-1.0 / global_tokens);
-  TrainStepResult result = backward_and_update(packed, logits, dlogp, {}, lr, step, settings, true);
+  TokenValues values{std::vector<float>(packed.ids.size()), {}, {}};
+  accumulate_gradients(packed, values, settings, [&](const MicroBatch& micro) {
+    PolicyLoss gradient;
+    gradient.dlogp.assign(static_cast<size_t>(micro.tokens()), 0.0f);
+    for (int64_t t = micro.begin; t < micro.end; ++t)
+      if (packed.mask[t]) gradient.dlogp[t - micro.begin] = static_cast<float>(-1.0 / global_tokens);
+    return gradient;
+  });
+  double sum = 0;
+  for (size_t t = 0; t < values.logp.size(); ++t)
+    if (packed.mask[t]) sum += values.logp[t];
+  TrainStepResult result = update(lr, step, settings, true);
   result.tokens = tokens;
   result.mean_logp = global_tokens > 0 ? sum_over_ranks(sum) / global_tokens : 0.0;
   result.loss = -result.mean_logp;

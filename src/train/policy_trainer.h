@@ -1,15 +1,28 @@
 // One optimisation step of the policy on a packed batch of (prompt, completion)
-// sequences: forward, per-token log-probs of the completion tokens through the chunked
-// path, the loss (GRPO's clipped policy loss, or supervised cross-entropy for the SFT
-// warm-up), backward, gradient all-reduce over ranks, norm clipping and AdamW on the
-// FP32 master weights. CPU backend (FP32); the weights, gradients and optimizer state
-// live in the caller's slabs (the colocated memory of the rank).
+// sequences: forward in micro-batches of whole sequences, the per-token log-probs (and
+// entropy) of the completion tokens, the loss on the host (GRPO's clipped policy loss,
+// or supervised cross-entropy for the SFT warm-up), backward with the gradients adding up
+// over the micro-batches, gradient all-reduce over ranks, norm clipping and AdamW on the
+// FP32 master weights.
+//
+// Each micro-batch's loss gradient is normalised by the whole rank batch's denominators
+// (and, for global-token-sum, the step's), so the update is the one of the batch taken
+// whole, while the activations only need room for one micro-batch. The loss and its
+// metrics are those of the whole batch.
+//
+// The memory is the rank's (its colocated slabs, on one device), and the backend follows
+// it: CpuOps and the chunked log-probs in FP32 on the CPU; CudaOps and the kernels/ on
+// CUDA, forward and backward reading the working copy (BF16 or F32) that the trainer
+// rewrites from the master weights after each update. The per-token vectors go to the
+// host for the loss and back (a few floats per token).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "model/activations.h"
-#include "model/cpu_ops.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
 #include "train/adamw.h"
@@ -17,6 +30,8 @@
 #include "world/communicator.h"
 
 namespace tandem {
+
+class TrainerBackend;
 
 struct TrainSequence {
   std::vector<int32_t> prompt;
@@ -38,19 +53,38 @@ struct PolicyTrainerSettings {
   AdamWSettings adamw;
   double max_grad_norm = 1.0;  // 0: no clipping
   float temperature = 1;       // the rollout's: log-probs are taken of logits / temperature
-  int64_t logprob_chunk = 1024;
+  int64_t logprob_chunk = 1024;  // CPU backend: rows of logits upcast at a time
+  // Tokens per micro-batch: sequences are taken in order while they fit, and one longer
+  // than this is a micro-batch of its own. 0: the whole batch at once.
+  int64_t micro_batch_tokens = 0;
+};
+
+// Flat views [layout.slab_elements()] of the slabs, all on one device.
+struct PolicyTrainerMemory {
+  Tensor master, grads, exp_avg, exp_avg_sq;  // F32
+  // What forward and backward read, F32 or BF16 (BF16 on CUDA only): the master weights
+  // themselves, or a copy the trainer rewrites after each update. Its dtype is the
+  // activations'. The caller fills it before the first step (ColocatedMemory::rebuild).
+  Tensor working;
+  // PolicyTrainer::activation_bytes(config, capacity, working.dtype) bytes, 256-byte
+  // aligned, on the same device; transient: nothing in it outlives a step.
+  void* activations = nullptr;
 };
 
 class PolicyTrainer {
  public:
-  // master, grads, exp_avg, exp_avg_sq: FP32 host slabs laid out by `layout`;
-  // activations: Activations::slab_bytes(config, capacity, F32) bytes, 256-byte aligned.
-  PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, float* master, float* grads, float* exp_avg,
-                float* exp_avg_sq, void* activations, ActivationCapacity capacity, Communicator& communicator,
-                int world_size);
+  // The backend is the memory's device; the communicator must reduce on that device
+  // (NCCL on CUDA, MPI on the CPU). capacity: the largest micro-batch.
+  PolicyTrainer(const ModelConfig& config, const ParameterLayout& layout, const PolicyTrainerMemory& memory,
+                ActivationCapacity capacity, Communicator& communicator, int world_size);
+  ~PolicyTrainer();
 
-  // The frozen reference policy for the KL term (FP32 slab of the same layout), or null.
-  void set_reference(const float* reference);
+  // The activation slab: the model's activations and the per-token vectors of a micro-batch.
+  static size_t activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype);
+
+  // The frozen reference policy for the KL term: a flat slab of the layout in the working
+  // dtype on the trainer's device, or an empty tensor for none.
+  void set_reference(const Tensor& reference);
 
   // GRPO: loss from policy_loss on the completion tokens.
   TrainStepResult grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss, double lr,
@@ -65,33 +99,58 @@ class PolicyTrainer {
     std::vector<uint8_t> mask;
     std::vector<float> old_logp, advantages;
   };
+  // Whole sequences [first, last) of a Packed batch, tokens [begin, end).
+  struct MicroBatch {
+    size_t first = 0, last = 0;
+    int64_t begin = 0, end = 0;
+    std::vector<int32_t> cu_seqlens;  // from 0
+    int64_t tokens() const { return end - begin; }
+  };
+  // Per-token values of the whole batch, filled micro-batch by micro-batch.
+  struct TokenValues {
+    std::vector<float> logp, entropy, ref_logp;  // entropy, ref_logp: empty when not wanted
+  };
+  // The per-token vectors of a micro-batch in the backend's memory, after the activations.
+  struct TokenBuffers {
+    Tensor targets, logp, entropy, lse, dlogp, dentropy;  // [max_tokens]
+    Tensor scalar;                                        // F32 [1], for collectives on host values
+  };
+  // Given a micro-batch whose forward has filled its tokens' values, returns the loss's
+  // gradients with respect to them (dlogp, and dentropy or empty).
+  using LossGradient = std::function<PolicyLoss(const MicroBatch&)>;
+
+  static TokenBuffers bind_token_buffers(void* base, Device device, int64_t max_tokens);
   Packed pack(const std::vector<TrainSequence>& batch) const;
+  std::vector<MicroBatch> split(const Packed& packed, int64_t micro_batch_tokens) const;
   static std::vector<std::vector<float>> per_sequence(const std::vector<TrainSequence>& batch, const Packed& packed,
                                                       const std::vector<float>& logp);
-  // Forward and log-probs of every target; returns the logits tensor (kept for backward).
-  Tensor forward(const ParameterSet& params, const Packed& packed, std::vector<float>& logp, std::vector<float>* entropy,
-                 const PolicyTrainerSettings& settings);
+  static PolicyLossBatch loss_inputs(const Packed& packed, const TokenValues& values, int64_t begin, int64_t end,
+                                     std::span<const int32_t> cu_seqlens);
+  // Zeroes the gradients, then forward, loss gradient and backward per micro-batch.
+  void accumulate_gradients(const Packed& packed, TokenValues& values, const PolicyTrainerSettings& settings,
+                            const LossGradient& loss_gradient);
+  // Forward of one micro-batch and its targets' log-probs (and entropy when `entropy` is
+  // not empty) into the host spans; returns the logits (kept for backward).
+  Tensor forward(const ParameterSet& params, const Packed& packed, const MicroBatch& micro, std::span<float> logp,
+                 std::span<float> entropy, const PolicyTrainerSettings& settings);
+  void backward(const MicroBatch& micro, const Tensor& logits, const PolicyLoss& gradient,
+                const PolicyTrainerSettings& settings);
   // gradients_add_up: each rank's loss is already a share of the global loss (normalised by
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
-  TrainStepResult backward_and_update(const Packed& packed, const Tensor& logits, const std::vector<float>& dlogp,
-                                      const std::vector<float>& dentropy, double lr, int64_t step,
-                                      const PolicyTrainerSettings& settings, bool gradients_add_up);
+  TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
   double sum_over_ranks(double value);
 
   ModelConfig config_;
   const ParameterLayout& layout_;
-  float* master_;
-  float* grads_;
-  float* exp_avg_;
-  float* exp_avg_sq_;
+  PolicyTrainerMemory memory_;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
+  std::unique_ptr<TrainerBackend> backend_;
   Activations acts_;
-  CpuOps ops_;
+  TokenBuffers tokens_;
   Transformer transformer_;
   Communicator& communicator_;
   int world_size_;
-  std::vector<float> workspace_;
 };
 
 }  // namespace tandem

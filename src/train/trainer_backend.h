@@ -1,0 +1,58 @@
+// What the policy trainer runs on a device besides the decoder's ops: the log-probs (and
+// entropy) of the sampled tokens from the logits, the gradient's squared norm and
+// scaling, AdamW, and the copies back to the host the loss needs. The trainer is written
+// once over this interface; trainer_backend_cpu.cpp (the FP32 reference: CpuOps, the
+// chunked log-probs) and trainer_backend_cuda.cpp (CudaOps and kernels/, all on one
+// stream) implement it. Private to src/train.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "model/ops.h"
+#include "tensor/tensor.h"
+#include "train/adamw.h"
+#include "train/chunked_logprobs.h"
+
+namespace tandem {
+
+class TrainerBackend {
+ public:
+  virtual ~TrainerBackend() = default;
+
+  // The decoder's ops on the same device (and, on CUDA, the same stream).
+  virtual Ops& ops() = 0;
+  // src -> host memory, complete when the call returns (after the work queued before it).
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  // Waits for the queued work: before a collective on another stream reads its results,
+  // and before the memory is handed back to the caller.
+  virtual void synchronize() = 0;
+
+  // logits [T, V] (the model's output); targets I32 [T], < 0 for rows without one;
+  // logp, lse F32 [T]; entropy F32 [T] or empty (not computed). lse is scratch the
+  // backward may reuse (the CPU path recomputes it chunk by chunk instead).
+  virtual void token_logprobs_forward(const Tensor& logp, const Tensor& entropy, const Tensor& lse,
+                                      const Tensor& logits, const Tensor& targets,
+                                      const LogprobSettings& settings) = 0;
+  // Writes d(loss)/d(logits) over the logits. dentropy empty: no entropy term; otherwise
+  // entropy holds the forward's output.
+  virtual void token_logprobs_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                       const Tensor& entropy, const Tensor& dlogp, const Tensor& dentropy,
+                                       const LogprobSettings& settings) = 0;
+
+  // The sum of squares of an F32 tensor, accumulated in double, the same on every run.
+  virtual double square_sum(const Tensor& values) = 0;
+  // values *= factor (F32).
+  virtual void scale(const Tensor& values, float factor) = 0;
+  // adamw_step_cpu's update of `count` parameters in this backend's memory; `working`
+  // (BF16 bits, may be null) receives the updated parameters rounded.
+  virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
+                          const AdamWStepScalars& scalars, uint16_t* working) = 0;
+};
+
+std::unique_ptr<TrainerBackend> make_cpu_trainer_backend();
+#ifdef TANDEM_HAVE_CUDA
+std::unique_ptr<TrainerBackend> make_cuda_trainer_backend();
+#endif
+
+}  // namespace tandem

@@ -1,0 +1,63 @@
+#include <span>
+#include <vector>
+
+#include "model/cpu_ops.h"
+#include "tensor/device_copy.h"
+#include "train/gradient_clipping.h"
+#include "train/trainer_backend.h"
+
+namespace tandem {
+
+namespace {
+
+template <class T>
+std::span<T> values_of(const Tensor& t) {
+  return t.data ? std::span<T>(t.ptr<T>(), static_cast<size_t>(t.numel())) : std::span<T>();
+}
+
+class CpuTrainerBackend final : public TrainerBackend {
+ public:
+  Ops& ops() override { return ops_; }
+  void copy_to_host(void* dst, const Tensor& src) override { copy_tensor_to_host(dst, src); }
+  void synchronize() override {}
+
+  void token_logprobs_forward(const Tensor& logp, const Tensor& entropy, const Tensor& /*lse*/, const Tensor& logits,
+                              const Tensor& targets, const LogprobSettings& settings) override {
+    workspace_.resize(logprob_workspace_elements(logits.shape[0], logits.shape[1], settings.chunk_tokens));
+    chunked_logprobs_forward(logits, values_of<const int32_t>(targets), settings, workspace_, values_of<float>(logp),
+                             values_of<float>(entropy));
+  }
+
+  void token_logprobs_backward(const Tensor& logits, const Tensor& targets, const Tensor& /*lse*/,
+                               const Tensor& /*entropy*/, const Tensor& dlogp, const Tensor& dentropy,
+                               const LogprobSettings& settings) override {
+    workspace_.resize(logprob_workspace_elements(logits.shape[0], logits.shape[1], settings.chunk_tokens));
+    chunked_logprobs_backward(logits, values_of<const int32_t>(targets), settings, workspace_,
+                              values_of<const float>(dlogp), values_of<const float>(dentropy), logits);
+  }
+
+  double square_sum(const Tensor& values) override {
+    const std::span<float> slabs[] = {values_of<float>(values)};
+    return gradient_square_sum(slabs);
+  }
+
+  void scale(const Tensor& values, float factor) override {
+    const std::span<float> slabs[] = {values_of<float>(values)};
+    scale_gradients(slabs, factor);
+  }
+
+  void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
+                  const AdamWStepScalars& scalars, uint16_t* working) override {
+    adamw_step_cpu(params, grads, exp_avg, exp_avg_sq, count, scalars, working);
+  }
+
+ private:
+  CpuOps ops_;
+  std::vector<float> workspace_;  // one chunk of upcast logits
+};
+
+}  // namespace
+
+std::unique_ptr<TrainerBackend> make_cpu_trainer_backend() { return std::make_unique<CpuTrainerBackend>(); }
+
+}  // namespace tandem

@@ -1,0 +1,207 @@
+// The policy trainer on CUDA against the FP32 CPU trainer on the same tiny Qwen3 model and
+// batches: two GRPO steps with the KL (k3) and entropy terms, then the loss, gradient
+// norm, per-token log-probs and the master weights after the updates. F32 working copy:
+// FP32 rounding only; BF16 working copy: looser bounds, and the working copy must be the
+// master weights rounded. And micro-batched == whole batch on CUDA. The CUDA trainer
+// reduces through NCCL, the CPU one through MPI, each over this rank alone.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <mpi.h>
+
+#include "policy_trainer_support.h"
+#include "support.h"
+#include "tensor/bf16.h"
+#include "tensor/device_copy.h"
+
+using namespace tandem;
+using tandem::testing::CpuTrainer;
+
+namespace {
+
+// The trainer tests' model with GPU-sized heads (32 dims: the tensor-core attention path
+// in BF16) and a vocabulary of more than one block of threads.
+ModelConfig gpu_config() {
+  ModelConfig config = tandem::testing::trainer_config();
+  config.hidden = 64;
+  config.heads = 4;
+  config.kv_heads = 2;
+  config.head_dim = 32;
+  config.intermediate = 96;
+  config.vocab = 384;
+  config.max_position = 128;
+  return config;
+}
+
+struct DeviceBuffer {
+  void* data = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
+    cudaMemset(data, 0, bytes);
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// The CUDA trainer with its own device slabs: FP32 master, gradients and moments, the
+// working copy and the KL reference in `dtype`, as the colocated memory holds them.
+struct GpuTrainer {
+  GpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights, DType dtype)
+      : layout(config),
+        elements(layout.slab_elements()),
+        master(layout.slab_bytes(DType::F32)),
+        grads(layout.slab_bytes(DType::F32)),
+        exp_avg(layout.slab_bytes(DType::F32)),
+        exp_avg_sq(layout.slab_bytes(DType::F32)),
+        working(layout.slab_bytes(dtype)),
+        reference(layout.slab_bytes(dtype)),
+        activations(PolicyTrainer::activation_bytes(config, capacity, dtype)),
+        communicator(make_nccl_communicator(MPI_COMM_SELF)),
+        trainer(config, layout,
+                PolicyTrainerMemory{view(master, DType::F32), view(grads, DType::F32), view(exp_avg, DType::F32),
+                                    view(exp_avg_sq, DType::F32), view(working, dtype), activations.data},
+                capacity, *communicator, 1) {
+    copy_host_to_tensor(view(master, DType::F32), weights.data());
+    convert_f32(view(working, dtype), view(master, DType::F32));
+    convert_f32(view(reference, dtype), view(master, DType::F32));
+    trainer.set_reference(view(reference, dtype));
+  }
+
+  Tensor view(const DeviceBuffer& buffer, DType dtype) const {
+    return Tensor::view(buffer.data, dtype, Device::CUDA, {elements});
+  }
+  std::vector<float> host(const DeviceBuffer& buffer, DType dtype) const {
+    std::vector<float> values(static_cast<size_t>(elements));
+    if (dtype == DType::F32) {
+      copy_tensor_to_host(values.data(), view(buffer, dtype));
+    } else {
+      std::vector<uint16_t> bits(values.size());
+      copy_tensor_to_host(bits.data(), view(buffer, dtype));
+      for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
+    }
+    return values;
+  }
+
+  ParameterLayout layout;
+  int64_t elements;
+  DeviceBuffer master, grads, exp_avg, exp_avg_sq, working, reference, activations;
+  std::unique_ptr<Communicator> communicator;
+  PolicyTrainer trainer;
+};
+
+// How far `a` is from `b`, relative to how far the updates moved b from `initial`: the
+// update is what the step computes (the weights themselves hardly move).
+double update_error(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& initial) {
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    moved += (static_cast<double>(b[i]) - initial[i]) * (static_cast<double>(b[i]) - initial[i]);
+  }
+  return std::sqrt(diff / moved);
+}
+
+struct Tolerances {
+  double logp;       // per token, times (1 + |logp|)
+  double loss;       // times (1 + |loss|)
+  double grad_norm;  // relative
+  double update;     // update_error
+};
+
+const std::vector<TrainSequence>& batch(int step) {
+  static const std::vector<std::vector<TrainSequence>> batches = {
+      tandem::testing::random_batch(gpu_config(), 8, 31),
+      tandem::testing::random_batch(gpu_config(), 8, 32)};
+  return batches[step - 1];
+}
+
+ActivationCapacity whole_capacity() {
+  return {std::max(tandem::testing::batch_tokens(batch(1)), tandem::testing::batch_tokens(batch(2))), 8};
+}
+
+void expect_close(const TrainStepResult& got, const TrainStepResult& want, const Tolerances& tolerance) {
+  EXPECT_NEAR(got.loss, want.loss, tolerance.loss * (1 + std::fabs(want.loss)));
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, tolerance.grad_norm * want.grad_norm);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_NEAR(got.metrics.kl_mean, want.metrics.kl_mean, tolerance.loss * (1 + want.metrics.kl_mean));
+  EXPECT_NEAR(got.metrics.entropy_mean, want.metrics.entropy_mean, tolerance.loss * (1 + want.metrics.entropy_mean));
+  ASSERT_EQ(got.sequence_logp.size(), want.sequence_logp.size());
+  for (size_t s = 0; s < want.sequence_logp.size(); ++s)
+    for (size_t j = 0; j < want.sequence_logp[s].size(); ++j)
+      EXPECT_NEAR(got.sequence_logp[s][j], want.sequence_logp[s][j],
+                  tolerance.logp * (1 + std::fabs(want.sequence_logp[s][j])))
+          << "sequence " << s << " token " << j;
+}
+
+// Two GRPO steps on CUDA and on the CPU from the same weights (rounded to the working
+// dtype, so both start from the same model).
+void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances& tolerance) {
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " aggregation " + std::to_string(static_cast<int>(aggregation)));
+  const ModelConfig config = gpu_config();
+  std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 41);
+  if (dtype == DType::BF16)
+    for (auto& w : weights) w = bf16_to_float(float_to_bf16(w));
+  CpuTrainer cpu(config, whole_capacity(), weights);
+  GpuTrainer gpu(config, whole_capacity(), weights, dtype);
+  const PolicyLossSettings loss = tandem::testing::grpo_loss(aggregation);
+  const PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const TrainStepResult want = cpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
+    const TrainStepResult got = gpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
+    expect_close(got, want, tolerance);
+  }
+  const std::vector<float> master = gpu.host(gpu.master, DType::F32);
+  EXPECT_LT(update_error(master, cpu.master, weights), tolerance.update);
+  // The working copy is the master weights in its dtype, bit for bit.
+  const std::vector<float> working = gpu.host(gpu.working, dtype);
+  for (size_t i = 0; i < master.size(); ++i)
+    ASSERT_EQ(working[i], dtype == DType::BF16 ? bf16_to_float(float_to_bf16(master[i])) : master[i]) << i;
+}
+
+}  // namespace
+
+// F32: the kernels and the CPU reference differ in summation order only.
+TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInF32) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  for (const LossAggregation aggregation : {LossAggregation::TokenMean, LossAggregation::SeqMeanTokenMean})
+    compare_with_cpu(DType::F32, aggregation, Tolerances{1e-4, 1e-4, 1e-4, 2e-3});
+}
+
+// BF16 activations and weights in forward and backward (2% on logits, 5% per gradient
+// tensor in tests/gpu_model.cpp), against the FP32 reference from the same rounded weights.
+TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInBf16) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  compare_with_cpu(DType::BF16, LossAggregation::TokenMean, Tolerances{5e-2, 5e-2, 1e-1, 2.5e-1});
+}
+
+// Micro-batches of at most 12 tokens (a longer sequence alone) on activations sized for
+// one, against the whole batch at once: GRPO with global-token-sum (the token count goes
+// through NCCL), then the supervised step.
+TEST(GpuPolicyTrainer, MicroBatchedEqualsTheWholeBatch) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  const ModelConfig config = gpu_config();
+  const std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 43);
+  const int64_t budget = 12;
+  const ActivationCapacity micro_capacity{
+      std::max({budget, tandem::testing::longest_sequence(batch(1)), tandem::testing::longest_sequence(batch(2))}), 8};
+  GpuTrainer whole(config, whole_capacity(), weights, DType::F32);
+  GpuTrainer micro(config, micro_capacity, weights, DType::F32);
+  const PolicyLossSettings loss = tandem::testing::grpo_loss(LossAggregation::GlobalTokenSum);
+  const Tolerances tolerance{1e-5, 1e-5, 1e-5, 1e-3};
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const TrainStepResult want =
+        whole.trainer.grpo_step(batch(step), loss, 1e-2, step, tandem::testing::trainer_settings(0));
+    const TrainStepResult got =
+        micro.trainer.grpo_step(batch(step), loss, 1e-2, step, tandem::testing::trainer_settings(budget));
+    expect_close(got, want, tolerance);
+  }
+  const TrainStepResult want = whole.trainer.sft_step(batch(1), 1e-2, 3, tandem::testing::trainer_settings(0));
+  const TrainStepResult got = micro.trainer.sft_step(batch(1), 1e-2, 3, tandem::testing::trainer_settings(budget));
+  expect_close(got, want, tolerance);
+  EXPECT_LT(update_error(micro.host(micro.master, DType::F32), whole.host(whole.master, DType::F32), weights),
+            tolerance.update);
+}

@@ -30,6 +30,7 @@ const std::vector<OptionSpec>& tandem_options() {
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
+      {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},
 
       {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic", "countdown"}},
       {"task.digits", Int, "1", "", "digits of each arithmetic operand", between(1, 9)},
@@ -52,6 +53,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.entropy-coef", Double, "0", "", "weight of the entropy bonus", at_least(0)},
       {"grpo.std-normalisation", Bool, "true", "", "divide advantages by the group's reward std (false: Dr. GRPO)"},
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
+      {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
 
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},

@@ -6,6 +6,7 @@
 #include "driver/colocated_memory.h"
 #include "tasks/arithmetic_task.h"
 #include "tasks/countdown_task.h"
+#include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
 
@@ -79,32 +80,39 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   trainer_settings_.temperature = sampling_.temperature;
   trainer_settings_.max_grad_norm = deck.get<double>("grpo.max-grad-norm");
   trainer_settings_.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.0};
+  trainer_settings_.micro_batch_tokens = deck.get<int64_t>("train.micro-batch-tokens");
 
   const int64_t sequence_tokens = longest_prompt(*task_, *tokenizer_) + sampling_.max_new_tokens;
   const int64_t sequences = prompts_per_step_ * group_size_;
+  // The engine and the trainer's forward run in the working dtype (FP32 on the CPU).
+  const DType dtype = memory.working().dtype;
   EngineOptions options;
   options.kv_cache_bytes = kv_cache_bytes(deck, pool.device());
   options.max_running = static_cast<int>(sequences);
+  options.max_step_tokens = std::max<int64_t>(deck.get<int64_t>("rollout.max-step-tokens"), sequences);
   options.max_sequence_length = sequence_tokens;
-  options.dtype = DType::F32;
+  options.dtype = dtype;
   const Tensor engine_weights = memory.engine_weights();
-  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, DType::F32), pool, options,
-                                     tokenizer_.get());
+  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, dtype, pool.device()), pool,
+                                     options, tokenizer_.get());
   // Transient: the handoffs drop them between train phases instead of copying them.
-  const ActivationCapacity capacity{sequences * sequence_tokens, sequences};
-  activations_ = pool.allocate(tags::activations, PolicyTrainer::activation_bytes(model, capacity, DType::F32),
+  const int64_t micro_batch = trainer_settings_.micro_batch_tokens;
+  const ActivationCapacity capacity{micro_batch > 0 ? std::max(micro_batch, sequence_tokens) : sequences * sequence_tokens,
+                                    sequences};
+  activations_ = pool.allocate(tags::activations, PolicyTrainer::activation_bytes(model, capacity, dtype),
                                "trainer.activations");
   // The CPU backend trains the FP32 master weights themselves.
+  const Tensor working = pool.device() == Device::CPU ? memory.master() : memory.working();
   const PolicyTrainerMemory trainer_memory{memory.master(), memory.grads(), memory.exp_avg(),
-                                           memory.exp_avg_sq(), memory.master(), activations_->ptr};
+                                           memory.exp_avg_sq(), working, activations_->ptr};
   trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
     // The frozen reference is the initial policy, rebuilt from the seed (so a restart gets
     // the same one), under its own tag: it is trainer memory that never changes.
-    reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(DType::F32), "trainer.reference_weights");
-    const std::vector<float> initial = ColocatedMemory::initial_weights(layout, seed_);
-    std::copy(initial.begin(), initial.end(), static_cast<float*>(reference_->ptr));
-    trainer_->set_reference(Tensor::view(reference_->ptr, DType::F32, pool.device(), {layout.slab_elements()}));
+    reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(dtype), "trainer.reference_weights");
+    const Tensor reference = Tensor::view(reference_->ptr, dtype, pool.device(), {layout.slab_elements()});
+    copy_floats_to_tensor(reference, ColocatedMemory::initial_weights(layout, seed_));
+    trainer_->set_reference(reference);
   }
 }
 

@@ -125,9 +125,6 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
   auto pool = MemoryPool::create(world->device(), std::max(world->gpu(), 0), pool_options);
-  if (world->device() != Device::CPU)
-    throw std::runtime_error("the GRPO step loop runs on the CPU backend in this version: set world.device = cpu "
-                             "(the CUDA model path is measured by bench_train; the CUDA engine comes next)");
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   ColocatedMemory memory(*pool, layout, working_dtype, 0);
   HandoffExecutor handoff(*pool, handoff_config_from_deck(deck), [&] { memory.sync_weights(); },

@@ -51,6 +51,16 @@ void copy_tensor_to_host(void* dst, const Tensor& src) {
 #endif
 }
 
+void copy_floats_to_tensor(const Tensor& dst, const std::vector<float>& values) {
+  if (static_cast<int64_t>(values.size()) != dst.numel() || (dst.dtype != DType::F32 && dst.dtype != DType::BF16))
+    throw std::invalid_argument("copy_floats_to_tensor: " + std::to_string(values.size()) + " floats into " +
+                                dst.describe());
+  if (dst.dtype == DType::F32) return copy_host_to_tensor(dst, values.data());
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bf16(values[i]);
+  copy_host_to_tensor(dst, bits.data());
+}
+
 void convert_f32(const Tensor& dst, const Tensor& src) {
   if (src.dtype != DType::F32 || (dst.dtype != DType::F32 && dst.dtype != DType::BF16) || dst.numel() != src.numel() ||
       dst.device != src.device)

@@ -80,7 +80,7 @@ TEST(JsonlTask, NamesTheLineOfEveryBadRecord) {
   EXPECT_EQ(load_error("[\"p\", \"a\"]"), "1: expected a JSON object {\"prompt\": ..., \"answer\": ...}, got an array");
   EXPECT_EQ(load_error(good + "{\"prompt\": \"p\", \"answer\": \"a\"} trailing").substr(0, 18), "2: not valid JSON ");
   EXPECT_EQ(load_error("{\"prompt\": \"p\", \"answer\": \"none\"}", AnswerMatch::LastNumber),
-            "1: the answer 'none' has no number for last_number matching");
+            "1: the answer 'none' has no number for last-number matching");
   EXPECT_EQ(load_error("\n \n"), " no prompts (the file has no non-blank lines)");
   EXPECT_THROW(JsonlTask({.path = "/nonexistent/prompts.jsonl"}), std::runtime_error);
 }
@@ -130,7 +130,7 @@ TEST(JsonlTask, BoxedMatch) {
 
 TEST(JsonlTask, AnswerMatchNames) {
   EXPECT_EQ(answer_match_from_name("exact"), AnswerMatch::Exact);
-  EXPECT_EQ(answer_match_from_name("last_number"), AnswerMatch::LastNumber);
+  EXPECT_EQ(answer_match_from_name("last-number"), AnswerMatch::LastNumber);
   EXPECT_EQ(answer_match_from_name("boxed"), AnswerMatch::Boxed);
   EXPECT_THROW(answer_match_from_name("Boxed"), std::invalid_argument);
 }

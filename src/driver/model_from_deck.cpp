@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include "driver/colocated_memory.h"
+#include "model/hf_import.h"
+
 namespace tandem {
 
 ModelConfig model_config_from_deck(const Deck& deck) {
@@ -28,6 +31,14 @@ DType working_dtype_from_deck(const Deck& deck, Device device) {
   // The CPU backend is the FP32 reference whatever the deck says.
   if (device == Device::CPU) return DType::F32;
   return deck.get<std::string>("model.dtype") == "bf16" ? DType::BF16 : DType::F32;
+}
+
+std::vector<float> initial_weights_from_deck(const Deck& deck, const ParameterLayout& layout) {
+  const std::string path = deck.get<std::string>("model.path");
+  if (path.empty()) return ColocatedMemory::initial_weights(layout, static_cast<uint64_t>(deck.get<int64_t>("run.seed")));
+  std::vector<float> weights(static_cast<size_t>(layout.slab_elements()));
+  load_hf_weights(path, ParameterSet::bind(layout, weights.data(), DType::F32));
+  return weights;
 }
 
 }  // namespace tandem

@@ -135,5 +135,22 @@ TEST(JsonlTask, AnswerMatchNames) {
   EXPECT_THROW(answer_match_from_name("Boxed"), std::invalid_argument);
 }
 
+TEST(JsonlTask, ReferenceCompletionEarnsTheFullReward) {
+  TempDir dir;
+  const std::string lines = "{\"prompt\": \"6*12?\", \"answer\": 72}\n{\"prompt\": \"x\", \"answer\": \"so \\\\boxed{9}\"}\n";
+  for (const AnswerMatch match : {AnswerMatch::Exact, AnswerMatch::LastNumber, AnswerMatch::Boxed}) {
+    const JsonlTask task = task_from(dir, lines, match);
+    for (uint64_t i = 0; i < task.size(); ++i) {
+      const Prompt prompt = task.sample(i);
+      EXPECT_DOUBLE_EQ(task.reward(prompt, task.reference_completion(prompt)), 1.0) << task.reference_completion(prompt);
+    }
+  }
+  const JsonlTask boxed = task_from(dir, lines, AnswerMatch::Boxed);
+  for (uint64_t i = 0; i < 2; ++i) {
+    const Prompt prompt = boxed.sample(i);
+    EXPECT_EQ(boxed.reference_completion(prompt), prompt.text == "x" ? "\\boxed{9}" : "\\boxed{72}");
+  }
+}
+
 }  // namespace
 }  // namespace tandem

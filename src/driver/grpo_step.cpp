@@ -182,8 +182,10 @@ std::vector<SampledGroup> GrpoStep::draw(int64_t step, uint64_t first, RolloutSu
 
 std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>& round) const {
   std::vector<double> mine;
-  for (const SampledGroup& group : round)
-    for (const SampledGroup::Sample& sample : group.samples) mine.push_back(sample.reward);
+  for (const SampledGroup& group : round) {
+    const std::vector<double> rewards = group.rewards();
+    mine.insert(mine.end(), rewards.begin(), rewards.end());
+  }
   std::vector<double> all(mine.size() * static_cast<size_t>(world_size_));
   const int count = static_cast<int>(mine.size());
   MPI_Allgather(mine.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm_);

@@ -21,6 +21,7 @@ struct SampledGroup {
     std::vector<float> logprobs;  // the engine's, one per token
     std::string text;             // decoded, stop id excluded
     double reward = 0;
+    bool operator==(const Sample&) const = default;
   };
   std::vector<Sample> samples;
 

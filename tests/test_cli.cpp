@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/checkpoint.h"
@@ -100,14 +101,15 @@ TEST(Cli, SamplesCarryRolloutAndTrainLogprobs) {
 }
 
 // Runs the same deck uninterrupted and as two jobs (4 steps, then a restart for the last
-// 2); the restart must be bit-exact: same metrics, same final checkpoint.
-static void expect_restart_is_bit_exact(const std::string& extra) {
+// 2); the restart must be bit-exact: same metrics, same final checkpoint. Returns the
+// prompt groups each step drew.
+static std::vector<double> expect_restart_is_bit_exact(const std::string& extra) {
   TempDir dir;
-  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6) + extra)).exit_code, 0);
-  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "split", 6) + extra + " --run.steps-per-job=4")).exit_code, 0);
+  EXPECT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6) + extra)).exit_code, 0);
+  EXPECT_EQ(run_command(tandem_cmd(short_run(dir, "split", 6) + extra + " --run.steps-per-job=4")).exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "split" / "ckpt_00000006.h5"));
   const auto resumed = run_command(tandem_cmd(short_run(dir, "split", 6) + extra));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("ckpt_00000004.h5 at step 4"), std::string::npos) << resumed.output;
 
   const RunFile whole = RunFile::open(dir.path() / "whole" / kRunFileName);
@@ -120,7 +122,7 @@ static void expect_restart_is_bit_exact(const std::string& extra) {
   const Checkpoint b = Checkpoint::open(dir.path() / "split" / "ckpt_00000006.h5");
   EXPECT_EQ(a.rng_states(), b.rng_states());
   EXPECT_EQ(a.data_cursor(), b.data_cursor());
-  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
   for (const auto& info : a.tensors()) {
     std::vector<float> x(64 * 1024), y(64 * 1024);
     int64_t n = 1;
@@ -128,8 +130,13 @@ static void expect_restart_is_bit_exact(const std::string& extra) {
     x.resize(n), y.resize(n);
     a.read_tensor(info.name, Tensor::view(x.data(), info.dtype, Device::CPU, info.shape));
     b.read_tensor(info.name, Tensor::view(y.data(), info.dtype, Device::CPU, info.shape));
-    ASSERT_EQ(x, y) << info.name;
+    EXPECT_EQ(x, y) << info.name;
   }
+  // The cursor counts the prompts drawn so far: no step reuses another's prompts.
+  const std::vector<double> drawn = whole.metric("sampling/drawn_groups"), cursor = whole.metric("data_cursor");
+  double sum = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) EXPECT_EQ(cursor[i], sum += drawn[i]) << "step " << i + 1;
+  return drawn;
 }
 
 TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) { expect_restart_is_bit_exact(""); }
@@ -137,7 +144,11 @@ TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) { expect_restart_is_bi
 // Dynamic sampling draws a varying number of prompts per step: the prompt cursor in the
 // checkpoint is what lets the restart draw the same ones.
 TEST(Cli, RestartWithDynamicSamplingIsBitExact) {
-  expect_restart_is_bit_exact(" --grpo.dynamic-sampling=true --grpo.dynamic-sampling-rounds=3");
+  // Groups of 2 often score alike, so the GRPO steps (4 to 6) draw extra rounds.
+  const std::vector<double> drawn =
+      expect_restart_is_bit_exact(" --grpo.dynamic-sampling=true --grpo.dynamic-sampling-rounds=3 --grpo.group-size=2");
+  ASSERT_EQ(drawn.size(), 6u);
+  EXPECT_GT(*std::max_element(drawn.begin() + 3, drawn.end()), 16.0);
 }
 
 TEST(Cli, TwoRanksRunUnderMpirun) {
@@ -245,7 +256,7 @@ TEST(Cli, DynamicSamplingRanksReproduceOneRank) {
     const std::string args = "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() +
                              " --run.name=" + name + " --run.steps=4 --sft.steps=2 --run.checkpoint-every=0" +
                              " --task.prompts-per-step=" + std::to_string(4 / np) +
-                             " --grpo.loss-aggregation=global-token-sum --grpo.dynamic-sampling=true";
+                             " --grpo.loss-aggregation=global-token-sum --grpo.dynamic-sampling=true --grpo.group-size=2";
     const auto result = run_command((np > 1 ? mpirun(np) : std::string()) + tandem_cmd(args));
     EXPECT_EQ(result.exit_code, 0) << result.output;
     return RunFile::open(dir.path() / name / kRunFileName);
@@ -338,15 +349,22 @@ TEST(Cli, JsonlPromptFileErrorsAreDeckErrors) {
       << incomplete.output;
 }
 
-// The real-model deck checks once model.path names a model folder (a Path option must exist).
+// The real-model deck checks once its model.path line names a model folder: a path option
+// must exist, so the placeholder it ships with is an error until the user edits it.
 TEST(Cli, Qwen3CountdownDeckChecksWithAModelFolder) {
   TempDir dir;
-  const std::string deck = (tandem::testing::source_dir() / "inputs/qwen3-0.6b-countdown.deck").string();
-  const auto placeholder = run_command(tandem_cmd("--check " + deck));
+  const std::filesystem::path shipped = tandem::testing::source_dir() / "inputs/qwen3-0.6b-countdown.deck";
+  const auto placeholder = run_command(tandem_cmd("--check " + shipped.string()));
   EXPECT_EQ(placeholder.exit_code, 2) << placeholder.output;
   EXPECT_NE(placeholder.output.find("model.path"), std::string::npos) << placeholder.output;
-  tandem::testing::write_tiny_hf_model(dir.path());
-  const auto checked = run_command(tandem_cmd("--check " + deck + " --model.path=" + dir.path().string()));
+  std::filesystem::create_directories(dir / "model");
+  tandem::testing::write_tiny_hf_model(dir / "model");
+  std::string text = tandem::testing::read_text(shipped);
+  const std::string line = "path = /path/to/Qwen3-0.6B";
+  ASSERT_NE(text.find(line), std::string::npos);
+  text.replace(text.find(line), line.size(), "path = " + (dir / "model").string());
+  tandem::testing::write_text(dir / "edited.deck", text);
+  const auto checked = run_command(tandem_cmd("--check " + (dir / "edited.deck").string()));
   ASSERT_EQ(checked.exit_code, 0) << checked.output;
   for (const char* line : {"dynamic-sampling = true", "name = countdown", "group-size = 8", "max-new-tokens = 512"})
     EXPECT_NE(checked.output.find(line), std::string::npos) << line << "\n" << checked.output;

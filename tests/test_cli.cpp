@@ -342,21 +342,34 @@ TEST(Cli, JsonlPromptFileErrorsAreDeckErrors) {
   const auto no_model = run_command(tandem_cmd("--check --task.name=jsonl --task.path=" + (dir / "prompts.jsonl").string()));
   EXPECT_EQ(no_model.exit_code, 2) << no_model.output;
   EXPECT_NE(no_model.output.find("set model.path"), std::string::npos) << no_model.output;
+  // The model folder is read at start-up: a missing file there is a deck error too.
+  tandem::testing::write_text(dir / "prompts.jsonl", kPrompts);
   std::filesystem::remove(dir / "model" / "tokenizer.json");
-  const auto incomplete = run_command(tandem_cmd("--check --model.path=" + (dir / "model").string()));
+  const auto incomplete = run_command(tandem_cmd(pretrained_run(dir, "incomplete")));
   EXPECT_EQ(incomplete.exit_code, 2) << incomplete.output;
-  EXPECT_NE(incomplete.output.find("missing file " + (dir / "model" / "tokenizer.json").string()), std::string::npos)
+  EXPECT_NE(incomplete.output.find("key 'model.path': missing file " + (dir / "model" / "tokenizer.json").string()),
+            std::string::npos)
       << incomplete.output;
 }
 
-// The real-model deck checks once its model.path line names a model folder: a path option
-// must exist, so the placeholder it ships with is an error until the user edits it.
-TEST(Cli, Qwen3CountdownDeckChecksWithAModelFolder) {
+// The real-model deck checks as shipped (--check leaves the model folder alone: it may be
+// visible to the compute nodes only); a run names the placeholder folder as missing; with
+// its path line edited to a model folder it runs.
+TEST(Cli, Qwen3CountdownDeckChecksAndNeedsItsModelFolderToRun) {
   TempDir dir;
   const std::filesystem::path shipped = tandem::testing::source_dir() / "inputs/qwen3-0.6b-countdown.deck";
-  const auto placeholder = run_command(tandem_cmd("--check " + shipped.string()));
+  const auto checked = run_command(tandem_cmd("--check " + shipped.string()));
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  for (const char* line : {"dynamic-sampling = true", "name = countdown", "group-size = 8", "max-new-tokens = 512",
+                           "lr = 1e-06", "kl-coef = 0", "prompts-per-step = 32", "dtype = bf16", "device = cuda"})
+    EXPECT_NE(checked.output.find(line), std::string::npos) << line << "\n" << checked.output;
+  const std::string small = " --world.device=cpu --run.output-dir=" + dir.path().string() +
+                            " --run.steps=1 --task.prompts-per-step=1 --grpo.group-size=2 --grpo.max-new-tokens=2";
+  const auto placeholder = run_command(tandem_cmd(shipped.string() + small));
   EXPECT_EQ(placeholder.exit_code, 2) << placeholder.output;
-  EXPECT_NE(placeholder.output.find("model.path"), std::string::npos) << placeholder.output;
+  EXPECT_NE(placeholder.output.find("key 'model.path': '/path/to/Qwen3-0.6B' is not a folder"), std::string::npos)
+      << placeholder.output;
+
   std::filesystem::create_directories(dir / "model");
   tandem::testing::write_tiny_hf_model(dir / "model");
   std::string text = tandem::testing::read_text(shipped);
@@ -364,8 +377,7 @@ TEST(Cli, Qwen3CountdownDeckChecksWithAModelFolder) {
   ASSERT_NE(text.find(line), std::string::npos);
   text.replace(text.find(line), line.size(), "path = " + (dir / "model").string());
   tandem::testing::write_text(dir / "edited.deck", text);
-  const auto checked = run_command(tandem_cmd("--check " + (dir / "edited.deck").string()));
-  ASSERT_EQ(checked.exit_code, 0) << checked.output;
-  for (const char* line : {"dynamic-sampling = true", "name = countdown", "group-size = 8", "max-new-tokens = 512"})
-    EXPECT_NE(checked.output.find(line), std::string::npos) << line << "\n" << checked.output;
+  const auto ran = run_command(tandem_cmd((dir / "edited.deck").string() + small));
+  ASSERT_EQ(ran.exit_code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("rl  1/1"), std::string::npos) << ran.output;
 }

@@ -61,7 +61,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},
 
-      {"model.path", Path, "", "", "Hugging Face model folder; empty = tandem creates a tiny random model from the sizes below"},
+      {"model.path", String, "", "", "Hugging Face model folder (config.json, safetensors, tokenizer.json), read at start-up, not by --check; empty = tandem creates a tiny random model from the sizes below"},
       {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},
       {"model.hidden", Int, "64", "", "hidden size", at_least(1)},
       {"model.heads", Int, "4", "", "query heads", at_least(1)},

@@ -51,23 +51,6 @@ void restart_is_auto_never_or_checkpoint(const Deck& deck) {
   if (std::filesystem::is_directory(restart)) throw DeckError(deck.source("run.restart"), "run.restart", "'" + restart + "' is a folder" + expected);
 }
 
-// A pretrained model is read from its folder at start-up: name a missing file now, not
-// after the job has waited in the queue.
-void model_folder_is_complete(const Deck& deck) {
-  const std::string path = deck.get<std::string>("model.path");
-  if (path.empty()) return;
-  const std::filesystem::path folder(path);
-  if (!std::filesystem::is_directory(folder))
-    throw DeckError(deck.source("model.path"), "model.path", "'" + path + "' is not a folder: expected a Hugging Face model folder");
-  for (const char* file : {"config.json", "tokenizer.json"})
-    if (!std::filesystem::is_regular_file(folder / file))
-      throw DeckError(deck.source("model.path"), "model.path", "missing file " + (folder / file).string());
-  if (!std::filesystem::is_regular_file(folder / "model.safetensors") &&
-      !std::filesystem::is_regular_file(folder / "model.safetensors.index.json"))
-    throw DeckError(deck.source("model.path"), "model.path",
-                    "no weights in '" + path + "': expected model.safetensors or model.safetensors.index.json");
-}
-
 // The prompt file is read whole here, so a bad line is a deck error (file and line) on
 // --check and at start-up alike. Its free-form text needs a pretrained model's tokenizer.
 void jsonl_task_has_its_file_and_tokenizer(const Deck& deck) {
@@ -91,7 +74,6 @@ const std::vector<DeckRule>& tandem_rules() {
       gpu_peak_needs_both_offloads,
       heads_divisible_by_kv_heads,
       restart_is_auto_never_or_checkpoint,
-      model_folder_is_complete,
       jsonl_task_has_its_file_and_tokenizer,
   };
   return rules;

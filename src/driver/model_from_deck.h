@@ -1,5 +1,6 @@
 // The model a deck asks for: a Hugging Face folder's config.json when [model] path is
-// set, otherwise the tiny Qwen3-style decoder the [model] keys describe.
+// set (a folder without config.json, tokenizer.json or weights is a DeckError naming the
+// missing file), otherwise the tiny Qwen3-style decoder the [model] keys describe.
 #pragma once
 #include <vector>
 

@@ -4,11 +4,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/checkpoint.h"
 #include "io/run_file.h"
+#include "model/hf_import.h"
 #include "support.h"
+#include "test_rollout_support.h"
+#include "tiny_hf_folder.h"
 
 using namespace tandem;
 using tandem::testing::run_command;
@@ -96,26 +100,29 @@ TEST(Cli, SamplesCarryRolloutAndTrainLogprobs) {
   EXPECT_GT(tokens, samples.size());
 }
 
-TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) {
+// Runs the same deck uninterrupted and as two jobs (4 steps, then a restart for the last
+// 2); the restart must be bit-exact: same metrics, same final checkpoint. Returns the
+// prompt groups each step drew.
+static std::vector<double> expect_restart_is_bit_exact(const std::string& extra) {
   TempDir dir;
-  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6))).exit_code, 0);
-  // The same deck, interrupted: the first job stops after 4 of the 6 steps.
-  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "split", 6) + " --run.steps-per-job=4")).exit_code, 0);
+  EXPECT_EQ(run_command(tandem_cmd(short_run(dir, "whole", 6) + extra)).exit_code, 0);
+  EXPECT_EQ(run_command(tandem_cmd(short_run(dir, "split", 6) + extra + " --run.steps-per-job=4")).exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "split" / "ckpt_00000006.h5"));
-  const auto resumed = run_command(tandem_cmd(short_run(dir, "split", 6)));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto resumed = run_command(tandem_cmd(short_run(dir, "split", 6) + extra));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("ckpt_00000004.h5 at step 4"), std::string::npos) << resumed.output;
 
   const RunFile whole = RunFile::open(dir.path() / "whole" / kRunFileName);
   const RunFile split = RunFile::open(dir.path() / "split" / kRunFileName);
   EXPECT_EQ(split.steps(), whole.steps());
   // Same rewards and losses with and without the interruption: the restart is bit-exact.
-  for (const char* metric : {"data_cursor", "reward_mean", "accuracy", "loss", "grad_norm"})
+  for (const char* metric : {"data_cursor", "sampling/drawn_groups", "reward_mean", "accuracy", "loss", "grad_norm"})
     EXPECT_EQ(split.metric(metric), whole.metric(metric)) << metric;
   const Checkpoint a = Checkpoint::open(dir.path() / "whole" / "ckpt_00000006.h5");
   const Checkpoint b = Checkpoint::open(dir.path() / "split" / "ckpt_00000006.h5");
   EXPECT_EQ(a.rng_states(), b.rng_states());
-  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  EXPECT_EQ(a.data_cursor(), b.data_cursor());
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
   for (const auto& info : a.tensors()) {
     std::vector<float> x(64 * 1024), y(64 * 1024);
     int64_t n = 1;
@@ -123,8 +130,25 @@ TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) {
     x.resize(n), y.resize(n);
     a.read_tensor(info.name, Tensor::view(x.data(), info.dtype, Device::CPU, info.shape));
     b.read_tensor(info.name, Tensor::view(y.data(), info.dtype, Device::CPU, info.shape));
-    ASSERT_EQ(x, y) << info.name;
+    EXPECT_EQ(x, y) << info.name;
   }
+  // The cursor counts the prompts drawn so far: no step reuses another's prompts.
+  const std::vector<double> drawn = whole.metric("sampling/drawn_groups"), cursor = whole.metric("data_cursor");
+  double sum = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) EXPECT_EQ(cursor[i], sum += drawn[i]) << "step " << i + 1;
+  return drawn;
+}
+
+TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) { expect_restart_is_bit_exact(""); }
+
+// Dynamic sampling draws a varying number of prompts per step: the prompt cursor in the
+// checkpoint is what lets the restart draw the same ones.
+TEST(Cli, RestartWithDynamicSamplingIsBitExact) {
+  // Groups of 2 often score alike, so the GRPO steps (4 to 6) draw extra rounds.
+  const std::vector<double> drawn =
+      expect_restart_is_bit_exact(" --grpo.dynamic-sampling=true --grpo.dynamic-sampling-rounds=3 --grpo.group-size=2");
+  ASSERT_EQ(drawn.size(), 6u);
+  EXPECT_GT(*std::max_element(drawn.begin() + 3, drawn.end()), 16.0);
 }
 
 TEST(Cli, TwoRanksRunUnderMpirun) {
@@ -221,4 +245,139 @@ TEST(Cli, KvCacheCanBeAFractionOfFreeMemory) {
   EXPECT_NE(result.output.find("(0.001 of free memory)"), std::string::npos) << result.output;
   const auto bad = run_command(tandem_cmd("--check --rollout.kv-cache-fraction=2"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
+// Dynamic sampling over ranks: every rank draws its slice of each round from one global
+// prompt sequence and the kept groups are dealt out in prompt order, so 2 ranks with 2
+// prompts each keep, draw and train on what 1 rank with 4 prompts does.
+TEST(Cli, DynamicSamplingRanksReproduceOneRank) {
+  TempDir dir;
+  auto run = [&](int np, const std::string& name) {
+    const std::string args = "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() +
+                             " --run.name=" + name + " --run.steps=4 --sft.steps=2 --run.checkpoint-every=0" +
+                             " --task.prompts-per-step=" + std::to_string(4 / np) +
+                             " --grpo.loss-aggregation=global-token-sum --grpo.dynamic-sampling=true --grpo.group-size=2";
+    const auto result = run_command((np > 1 ? mpirun(np) : std::string()) + tandem_cmd(args));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return RunFile::open(dir.path() / name / kRunFileName);
+  };
+  const RunFile one = run(1, "one"), two = run(2, "two");
+  for (const char* metric : {"data_cursor", "sampling/drawn_groups", "sampling/kept_groups", "sampling/rounds",
+                             "sampling/zero_spread_fraction"})
+    EXPECT_EQ(two.metric(metric), one.metric(metric)) << metric;
+  // Over-sampling happened: some GRPO step drew more than one round.
+  const auto drawn = one.metric("sampling/drawn_groups");
+  ASSERT_EQ(drawn.size(), 4u);
+  EXPECT_GT(std::max(drawn[2], drawn[3]), 4.0);
+  for (const char* metric : {"reward_mean", "accuracy", "response_length"}) {
+    const auto a = one.metric(metric), b = two.metric(metric);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-12) << metric << " at step " << i + 1;
+  }
+  const auto a = one.metric("loss"), b = two.metric("loss");
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * (1 + std::fabs(a[i]))) << "loss at step " << i + 1;
+}
+
+namespace {
+
+const char* kPrompts =
+    "{\"prompt\": \"What is 2+3?\", \"answer\": 5}\n"
+    "{\"prompt\": \"What is 7-4?\", \"answer\": \"3\"}\n"
+    "\n"
+    "{\"prompt\": \"Name a prime.\", \"answer\": 7}\n";
+
+std::string pretrained_run(const TempDir& dir, const std::string& name) {
+  return "--world.device=cpu --run.output-dir=" + dir.path().string() + " --run.name=" + name +
+         " --model.path=" + (dir / "model").string() + " --task.name=jsonl --task.path=" + (dir / "prompts.jsonl").string() +
+         " --task.reward=last-number";
+}
+
+}  // namespace
+
+// A pretrained model folder and a JSONL task: the run starts from the folder's weights (the
+// first rollout's log-probs are those of the safetensors model, and the KL to the frozen
+// reference starts at zero), and its prompts go through the chat template.
+TEST(Cli, PretrainedFolderAndJsonlPrompts) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "model");
+  const ModelConfig config = tandem::testing::write_tiny_hf_model(dir / "model");
+  tandem::testing::write_text(dir / "prompts.jsonl", kPrompts);
+  const auto result = run_command(tandem_cmd(pretrained_run(dir, "hf") +
+                                             " --run.steps=2 --sft.steps=0 --run.checkpoint-every=0 --run.samples-every=1"
+                                             " --task.prompts-per-step=2 --grpo.group-size=2 --grpo.max-new-tokens=4"
+                                             " --grpo.kl-coef=0.1 --grpo.lr=1e-3"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const RunFile run = RunFile::open(dir.path() / "hf" / kRunFileName);
+  EXPECT_EQ(run.metric("kl").at(0), 0.0);
+
+  tandem::testing::TinyModel model(config, {128, 1});
+  load_hf_weights(dir / "model", model.params);
+  const auto samples = run.samples(1);
+  ASSERT_EQ(samples.size(), 4u);
+  for (const SampleRecord& sample : samples) {
+    EXPECT_EQ(sample.prompt_text.rfind("<|im_start|>user\n", 0), 0u) << sample.prompt_text;
+    EXPECT_TRUE(sample.prompt_text.ends_with("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")) << sample.prompt_text;
+    EXPECT_EQ(sample.prompt_tokens.front(), tandem::testing::kTinyImStart);
+    std::vector<int32_t> sequence = sample.prompt_tokens;
+    sequence.insert(sequence.end(), sample.completion_tokens.begin(), sample.completion_tokens.end() - 1);
+    const std::vector<int32_t> cu = {0, static_cast<int32_t>(sequence.size())};
+    const Tensor logits = model.transformer.forward(model.params, model.acts, sequence, cu);
+    for (size_t j = 0; j < sample.completion_tokens.size(); ++j) {
+      const float* row = logits.ptr<float>() + (sample.prompt_tokens.size() - 1 + j) * config.vocab;
+      EXPECT_NEAR(sample.rollout_logp[j], tandem::testing::reference_logprob(row, config.vocab, sample.completion_tokens[j], 1.0), 1e-4);
+    }
+  }
+}
+
+TEST(Cli, JsonlPromptFileErrorsAreDeckErrors) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "model");
+  tandem::testing::write_tiny_hf_model(dir / "model");
+  tandem::testing::write_text(dir / "prompts.jsonl", std::string(kPrompts) + "{\"prompt\": \"no answer\"}\n");
+  for (const std::string& mode : {"--check ", ""}) {
+    const auto bad = run_command(tandem_cmd(mode + pretrained_run(dir, "bad")));
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    EXPECT_NE(bad.output.find((dir / "prompts.jsonl").string() + ":5: missing key \"answer\""), std::string::npos) << bad.output;
+  }
+  const auto no_model = run_command(tandem_cmd("--check --task.name=jsonl --task.path=" + (dir / "prompts.jsonl").string()));
+  EXPECT_EQ(no_model.exit_code, 2) << no_model.output;
+  EXPECT_NE(no_model.output.find("set model.path"), std::string::npos) << no_model.output;
+  // The model folder is read at start-up: a missing file there is a deck error too.
+  tandem::testing::write_text(dir / "prompts.jsonl", kPrompts);
+  std::filesystem::remove(dir / "model" / "tokenizer.json");
+  const auto incomplete = run_command(tandem_cmd(pretrained_run(dir, "incomplete")));
+  EXPECT_EQ(incomplete.exit_code, 2) << incomplete.output;
+  EXPECT_NE(incomplete.output.find("key 'model.path': missing file " + (dir / "model" / "tokenizer.json").string()),
+            std::string::npos)
+      << incomplete.output;
+}
+
+// The real-model deck checks as shipped (--check leaves the model folder alone: it may be
+// visible to the compute nodes only); a run names the placeholder folder as missing; with
+// its path line edited to a model folder it runs.
+TEST(Cli, Qwen3CountdownDeckChecksAndNeedsItsModelFolderToRun) {
+  TempDir dir;
+  const std::filesystem::path shipped = tandem::testing::source_dir() / "inputs/qwen3-0.6b-countdown.deck";
+  const auto checked = run_command(tandem_cmd("--check " + shipped.string()));
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  for (const char* line : {"dynamic-sampling = true", "name = countdown", "group-size = 8", "max-new-tokens = 512",
+                           "lr = 1e-06", "kl-coef = 0", "prompts-per-step = 32", "dtype = bf16", "device = cuda"})
+    EXPECT_NE(checked.output.find(line), std::string::npos) << line << "\n" << checked.output;
+  const std::string small = " --world.device=cpu --run.output-dir=" + dir.path().string() +
+                            " --run.steps=1 --task.prompts-per-step=1 --grpo.group-size=2 --grpo.max-new-tokens=2";
+  const auto placeholder = run_command(tandem_cmd(shipped.string() + small));
+  EXPECT_EQ(placeholder.exit_code, 2) << placeholder.output;
+  EXPECT_NE(placeholder.output.find("key 'model.path': '/path/to/Qwen3-0.6B' is not a folder"), std::string::npos)
+      << placeholder.output;
+
+  std::filesystem::create_directories(dir / "model");
+  tandem::testing::write_tiny_hf_model(dir / "model");
+  std::string text = tandem::testing::read_text(shipped);
+  const std::string line = "path = /path/to/Qwen3-0.6B";
+  ASSERT_NE(text.find(line), std::string::npos);
+  text.replace(text.find(line), line.size(), "path = " + (dir / "model").string());
+  tandem::testing::write_text(dir / "edited.deck", text);
+  const auto ran = run_command(tandem_cmd((dir / "edited.deck").string() + small));
+  ASSERT_EQ(ran.exit_code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("rl  1/1"), std::string::npos) << ran.output;
 }

@@ -204,10 +204,12 @@ TEST(DeckErrors, MissingFilesNameThePath) {
   EXPECT_EQ(std::string(deck.what()), deck_path + ": missing file: the deck does not exist");
   expect_error(deck_error([&] { Deck::load_file(dir.path().string(), {}); }), dir.path().string(), 0, "", {"folder"});
 
+  // A task's prompt file must exist; a model folder is read at start-up only (it may be
+  // visible to the compute nodes alone), so a deck naming an absent one still checks.
+  const std::string prompts = (dir / "none.jsonl").string();
+  expect_error(text_error("[task]\npath = " + prompts + "\n"), "test.deck", 2, "task.path", {"missing file", prompts});
   const std::string model = (dir / "no-model").string();
-  expect_error(text_error("[model]\npath = " + model + "\n"), "test.deck", 2, "model.path", {"missing file", model});
-  std::filesystem::create_directory(dir / "model");
-  EXPECT_EQ(Deck::load_text("[model]\npath = " + (dir / "model").string(), "t", {}).get<std::string>("model.path"), (dir / "model").string());
+  EXPECT_EQ(Deck::load_text("[model]\npath = " + model, "t", {}).get<std::string>("model.path"), model);
 }
 
 TEST(DeckErrors, DuplicateKeyNamesBothLines) {

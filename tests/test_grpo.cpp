@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "driver/sampled_group.h"
 #include "train/advantages.h"
 #include "train/dynamic_sampling.h"
 
@@ -117,6 +118,22 @@ TEST(DynamicSampling, RefusesBadSettingsAndRaggedRounds) {
   EXPECT_THROW(DynamicSampling({.min_std = -1}), std::invalid_argument);
   DynamicSampling sampling({.group_size = 2});
   EXPECT_THROW(sampling.offer(std::vector<double>{1, 2, 3}), std::invalid_argument);
+}
+
+TEST(GrpoSampledGroups, BytesReadBackToTheSameGroups) {
+  SampledGroup group;
+  group.prompt_index = 12345678901ull;
+  group.prompt = {151644, 872, 198};
+  group.prompt_text = "<|im_start|>user\n\xe4\xbd\xa0";  // any bytes, not only ASCII
+  group.samples.push_back({{5, 6, 151645}, {-0.25f, -1.5f, -3.0f}, "56", 0.9});
+  group.samples.push_back({{7}, {-0.125f}, "", 0.0});
+  const std::vector<SampledGroup> groups = {group, SampledGroup{}, group};
+  const std::string bytes = write_groups(groups);
+  EXPECT_EQ(read_groups(bytes), groups);
+  EXPECT_TRUE(read_groups(write_groups({})).empty());
+  EXPECT_EQ(group.rewards(), (std::vector<double>{0.9, 0.0}));
+  EXPECT_THROW(read_groups(std::string_view(bytes).substr(0, bytes.size() - 1)), std::runtime_error);
+  EXPECT_THROW(read_groups(bytes + "x"), std::runtime_error);
 }
 
 }  // namespace

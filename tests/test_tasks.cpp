@@ -354,5 +354,21 @@ TEST(CountdownTask, RefusesBadSettings) {
   }
 }
 
+// The supervised warm-up's target: the reference answer written as the prompt asks.
+TEST(TasksReferenceCompletion, EarnsTheFullRewardInEveryStyle) {
+  for (const PromptStyle style : {PromptStyle::Compact, PromptStyle::Instruct}) {
+    const ArithmeticTask arithmetic({.seed = 4, .digits = 2, .style = style});
+    const CountdownTask countdown({.seed = 4, .style = style});
+    for (const Task* task : {static_cast<const Task*>(&arithmetic), static_cast<const Task*>(&countdown)}) {
+      for (uint64_t i = 0; i < 20; ++i) {
+        const Prompt prompt = task->sample(i);
+        const std::string completion = task->reference_completion(prompt);
+        EXPECT_DOUBLE_EQ(task->reward(prompt, completion), 1.0) << prompt.text << " -> " << completion;
+        EXPECT_EQ(completion.find("<answer>") != std::string::npos, style == PromptStyle::Instruct) << completion;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

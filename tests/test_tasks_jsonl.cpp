@@ -80,7 +80,7 @@ TEST(JsonlTask, NamesTheLineOfEveryBadRecord) {
   EXPECT_EQ(load_error("[\"p\", \"a\"]"), "1: expected a JSON object {\"prompt\": ..., \"answer\": ...}, got an array");
   EXPECT_EQ(load_error(good + "{\"prompt\": \"p\", \"answer\": \"a\"} trailing").substr(0, 18), "2: not valid JSON ");
   EXPECT_EQ(load_error("{\"prompt\": \"p\", \"answer\": \"none\"}", AnswerMatch::LastNumber),
-            "1: the answer 'none' has no number for last_number matching");
+            "1: the answer 'none' has no number for last-number matching");
   EXPECT_EQ(load_error("\n \n"), " no prompts (the file has no non-blank lines)");
   EXPECT_THROW(JsonlTask({.path = "/nonexistent/prompts.jsonl"}), std::runtime_error);
 }
@@ -130,9 +130,26 @@ TEST(JsonlTask, BoxedMatch) {
 
 TEST(JsonlTask, AnswerMatchNames) {
   EXPECT_EQ(answer_match_from_name("exact"), AnswerMatch::Exact);
-  EXPECT_EQ(answer_match_from_name("last_number"), AnswerMatch::LastNumber);
+  EXPECT_EQ(answer_match_from_name("last-number"), AnswerMatch::LastNumber);
   EXPECT_EQ(answer_match_from_name("boxed"), AnswerMatch::Boxed);
   EXPECT_THROW(answer_match_from_name("Boxed"), std::invalid_argument);
+}
+
+TEST(JsonlTask, ReferenceCompletionEarnsTheFullReward) {
+  TempDir dir;
+  const std::string lines = "{\"prompt\": \"6*12?\", \"answer\": 72}\n{\"prompt\": \"x\", \"answer\": \"so \\\\boxed{9}\"}\n";
+  for (const AnswerMatch match : {AnswerMatch::Exact, AnswerMatch::LastNumber, AnswerMatch::Boxed}) {
+    const JsonlTask task = task_from(dir, lines, match);
+    for (uint64_t i = 0; i < task.size(); ++i) {
+      const Prompt prompt = task.sample(i);
+      EXPECT_DOUBLE_EQ(task.reward(prompt, task.reference_completion(prompt)), 1.0) << task.reference_completion(prompt);
+    }
+  }
+  const JsonlTask boxed = task_from(dir, lines, AnswerMatch::Boxed);
+  for (uint64_t i = 0; i < 2; ++i) {
+    const Prompt prompt = boxed.sample(i);
+    EXPECT_EQ(boxed.reference_completion(prompt), prompt.text == "x" ? "\\boxed{9}" : "\\boxed{72}");
+  }
 }
 
 }  // namespace

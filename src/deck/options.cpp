@@ -32,7 +32,10 @@ const std::vector<OptionSpec>& tandem_options() {
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
       {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},
 
-      {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on", {}, {"arithmetic", "countdown"}},
+      {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on; jsonl = prompts from task.path (needs model.path's tokenizer)", {}, {"arithmetic", "countdown", "jsonl"}},
+      {"task.path", Path, "", "", "JSONL prompt file of task.name = jsonl: one {\"prompt\": ..., \"answer\": ...} object a line, read in an order shuffled by run.seed"},
+      {"task.reward", Choice, "exact", "", "how a jsonl completion is judged: its whole text, its last number, or its last \\boxed{} against the answer", {}, {"exact", "last-number", "boxed"}},
+      {"task.thinking", Bool, "false", "", "chat prompts of a pretrained model let it think first; false appends the empty <think></think> block that turns Qwen3's thinking off"},
       {"task.digits", Int, "1", "", "digits of each arithmetic operand", between(1, 9)},
       {"task.numbers", Int, "3", "", "numbers given in each countdown puzzle", between(2, 6)},
       {"task.max-number", Int, "20", "", "largest number a countdown puzzle gives", at_least(1)},
@@ -54,11 +57,13 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.std-normalisation", Bool, "true", "", "divide advantages by the group's reward std (false: Dr. GRPO)"},
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
       {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
+      {"grpo.dynamic-sampling", Bool, "false", "", "drop prompt groups whose rewards are all equal (zero advantage) and draw more prompts until the batch is full (DAPO)"},
+      {"grpo.dynamic-sampling-rounds", Int, "4", "rounds", "most rounds of prompts-per-step prompts a step draws under dynamic sampling; short of a full batch after them, it tops up with flat groups and warns", at_least(1)},
 
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},
 
-      {"model.path", Path, "", "", "Hugging Face model folder; empty = tandem creates a tiny random model from the sizes below"},
+      {"model.path", String, "", "", "Hugging Face model folder (config.json, safetensors, tokenizer.json), read at start-up, not by --check; empty = tandem creates a tiny random model from the sizes below"},
       {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},
       {"model.hidden", Int, "64", "", "hidden size", at_least(1)},
       {"model.heads", Int, "4", "", "query heads", at_least(1)},

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "tasks/jsonl_task.h"
+
 namespace tandem {
 namespace {
 
@@ -49,6 +51,22 @@ void restart_is_auto_never_or_checkpoint(const Deck& deck) {
   if (std::filesystem::is_directory(restart)) throw DeckError(deck.source("run.restart"), "run.restart", "'" + restart + "' is a folder" + expected);
 }
 
+// The prompt file is read whole here, so a bad line is a deck error (file and line) on
+// --check and at start-up alike. Its free-form text needs a pretrained model's tokenizer.
+void jsonl_task_has_its_file_and_tokenizer(const Deck& deck) {
+  if (deck.get<std::string>("task.name") != "jsonl") return;
+  if (deck.get<std::string>("task.path").empty())
+    contradiction(deck, {"task.name", "task.path"}, "task.name = jsonl reads its prompts from task.path: set it");
+  if (deck.get<std::string>("model.path").empty())
+    contradiction(deck, {"task.name", "model.path"},
+                  "task.name = jsonl needs a pretrained model's tokenizer for its free-form text: set model.path");
+  try {
+    JsonlTask({.path = deck.get<std::string>("task.path"), .match = answer_match_from_name(deck.get<std::string>("task.reward"))});
+  } catch (const std::runtime_error& error) {
+    throw DeckError(deck.source("task.path"), "task.path", error.what());
+  }
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -56,6 +74,7 @@ const std::vector<DeckRule>& tandem_rules() {
       gpu_peak_needs_both_offloads,
       heads_divisible_by_kv_heads,
       restart_is_auto_never_or_checkpoint,
+      jsonl_task_has_its_file_and_tokenizer,
   };
   return rules;
 }

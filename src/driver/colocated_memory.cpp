@@ -40,11 +40,6 @@ std::vector<float> ColocatedMemory::initial_weights(const ParameterLayout& layou
   return host;
 }
 
-void ColocatedMemory::initialise_weights(uint64_t seed) {
-  copy_host_to_tensor(master(), initial_weights(layout_, seed).data());
-  rebuild({working_->name});
-}
-
 void ColocatedMemory::rebuild(const std::vector<std::string>& names) {
   for (const std::string& name : names)
     if (name == working_->name) convert_f32(working(), master());

@@ -19,10 +19,9 @@ class ColocatedMemory {
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;
 
-  // Deterministic from the seed (the same on every rank, as data-parallel replicas must
-  // be): N(0, 0.02) matrices and embeddings, ones for norm gains, zeros for biases.
-  void initialise_weights(uint64_t seed);
-  // The same weights in a host vector: the frozen reference policy of a run from scratch.
+  // The random policy of a run from scratch, deterministic from the seed (the same on
+  // every rank, as data-parallel replicas must be): N(0, 0.02) matrices and embeddings,
+  // ones for norm gains, zeros for biases.
   static std::vector<float> initial_weights(const ParameterLayout& layout, uint64_t seed);
   // Rebuilds the derived allocations the pool names after an onload.
   void rebuild(const std::vector<std::string>& names);

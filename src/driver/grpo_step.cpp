@@ -4,38 +4,63 @@
 #include <cmath>
 
 #include "driver/colocated_memory.h"
+#include "driver/model_from_deck.h"
 #include "tasks/arithmetic_task.h"
 #include "tasks/countdown_task.h"
+#include "tasks/jsonl_task.h"
 #include "tensor/device_copy.h"
+#include "train/dynamic_sampling.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
+#include "world/log.h"
 
 namespace tandem {
 
 namespace {
 
 std::unique_ptr<Task> make_task(const Deck& deck) {
-  if (deck.get<std::string>("task.name") == "countdown") {
+  const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+  // A pretrained model is asked in sentences and answers in tags; a model from scratch
+  // reads the compact form through its character tokenizer.
+  const PromptStyle style = deck.get<std::string>("model.path").empty() ? PromptStyle::Compact : PromptStyle::Instruct;
+  const std::string name = deck.get<std::string>("task.name");
+  if (name == "jsonl") {
+    return std::make_unique<JsonlTask>(JsonlTaskSettings{.path = deck.get<std::string>("task.path"),
+                                                         .match = answer_match_from_name(deck.get<std::string>("task.reward")),
+                                                         .seed = seed});
+  }
+  if (name == "countdown") {
     CountdownSettings settings;
-    settings.seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+    settings.seed = seed;
     settings.numbers = static_cast<int>(deck.get<int64_t>("task.numbers"));
     settings.max_number = deck.get<int64_t>("task.max-number");
     settings.max_target = deck.get<int64_t>("task.max-target");
-    settings.style = PromptStyle::Compact;
+    settings.style = style;
     return std::make_unique<CountdownTask>(settings);
   }
   ArithmeticSettings settings;
-  settings.seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
+  settings.seed = seed;
   settings.digits = static_cast<int>(deck.get<int64_t>("task.digits"));
   settings.operations = deck.get<std::string>("task.operations");
-  settings.style = PromptStyle::Compact;
+  settings.style = style;
   return std::make_unique<ArithmeticTask>(settings);
 }
 
-int64_t longest_prompt(const Task& task, const CharTokenizer& tokenizer) {
+PromptFormat make_prompt_format(const Deck& deck, const Task& task) {
+  const std::string path = deck.get<std::string>("model.path");
+  if (path.empty()) return PromptFormat::for_alphabet(task.alphabet());
+  return PromptFormat::from_hf_folder(path, ChatOptions{.enable_thinking = deck.get<bool>("task.thinking")});
+}
+
+// The longest prompt in ids: over every line of a prompt file, or over a sample of a
+// generated task's prompts with room for longer draws.
+int64_t longest_prompt(const Task& task, const PromptFormat& format) {
+  const auto* file = dynamic_cast<const JsonlTask*>(&task);
+  const uint64_t count = file ? file->size() : 64;
   size_t longest = 0;
-  for (uint64_t i = 0; i < 64; ++i) longest = std::max(longest, tokenizer.encode(task.sample(i).text).size());
-  return static_cast<int64_t>(longest) + 8;  // BOS, and room for longer draws
+  for (uint64_t i = 0; i < count; ++i)
+    longest = std::max(longest, format.input_ids(format.input_text(task.sample(i).text)).size());
+  return static_cast<int64_t>(longest) + (file ? 0 : 8);
 }
 
 }  // namespace
@@ -48,28 +73,29 @@ size_t kv_cache_bytes(const Deck& deck, Device device) {
 }
 
 GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
-                   MemoryPool& pool, Communicator& communicator, int rank, int world_size)
+                   MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm)
     : pool_(pool),
       task_(make_task(deck)),
-      tokenizer_(std::make_unique<CharTokenizer>(task_->alphabet())),
+      format_(make_prompt_format(deck, *task_)),
       prompts_per_step_(deck.get<int64_t>("task.prompts-per-step")),
       group_size_(deck.get<int64_t>("grpo.group-size")),
       sft_steps_(deck.get<int64_t>("sft.steps")),
       rl_steps_(std::max<int64_t>(1, deck.get<int64_t>("run.steps") - deck.get<int64_t>("sft.steps"))),
+      dynamic_sampling_(deck.get<bool>("grpo.dynamic-sampling")),
+      dynamic_sampling_rounds_(deck.get<int64_t>("grpo.dynamic-sampling-rounds")),
       rank_(rank),
       world_size_(world_size),
+      comm_(comm),
       seed_(static_cast<uint64_t>(deck.get<int64_t>("run.seed"))),
       sft_lr_(deck.get<double>("sft.lr")),
       rl_schedule_(deck.get<double>("grpo.lr"), deck.get<double>("grpo.lr") * 0.1,
                    std::min(deck.get<int64_t>("grpo.warmup-steps"), rl_steps_), rl_steps_) {
-  if (tokenizer_->vocab_size() > model.vocab)
-    throw std::invalid_argument("model.vocab = " + std::to_string(model.vocab) + " is smaller than the task's " +
-                                std::to_string(tokenizer_->vocab_size()) + " tokens");
-  bos_ = tokenizer_->id_of("<bos>");
-  eos_ = tokenizer_->id_of("<eos>");
+  if (format_.tokenizer().vocab_size() > model.vocab)
+    throw std::invalid_argument("model.vocab = " + std::to_string(model.vocab) + " is smaller than the tokenizer's " +
+                                std::to_string(format_.tokenizer().vocab_size()) + " tokens");
   sampling_.temperature = static_cast<float>(deck.get<double>("grpo.temperature"));
   sampling_.max_new_tokens = static_cast<int>(deck.get<int64_t>("grpo.max-new-tokens"));
-  sampling_.stop_token_ids = {eos_};
+  sampling_.stop_token_ids = format_.stop_ids();
   advantages_.scale_by_std = deck.get<bool>("grpo.std-normalisation");
   loss_.eps_low = deck.get<double>("grpo.eps-low");
   loss_.eps_high = deck.get<double>("grpo.eps-high");
@@ -82,7 +108,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   trainer_settings_.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.0};
   trainer_settings_.micro_batch_tokens = deck.get<int64_t>("train.micro-batch-tokens");
 
-  const int64_t sequence_tokens = longest_prompt(*task_, *tokenizer_) + sampling_.max_new_tokens;
+  const int64_t sequence_tokens = longest_prompt(*task_, format_) + sampling_.max_new_tokens;
   const int64_t sequences = prompts_per_step_ * group_size_;
   // The engine and the trainer's forward run in the working dtype (FP32 on the CPU).
   const DType dtype = memory.working().dtype;
@@ -94,7 +120,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   options.dtype = dtype;
   const Tensor engine_weights = memory.engine_weights();
   engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, dtype, pool.device()), pool,
-                                     options, tokenizer_.get());
+                                     options, &format_.tokenizer());
   // Transient: the handoffs drop them between train phases instead of copying them.
   const int64_t micro_batch = trainer_settings_.micro_batch_tokens;
   const ActivationCapacity capacity{micro_batch > 0 ? std::max(micro_batch, sequence_tokens) : sequences * sequence_tokens,
@@ -107,11 +133,12 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
                                            memory.exp_avg_sq(), working, activations_->ptr};
   trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
-    // The frozen reference is the initial policy, rebuilt from the seed (so a restart gets
-    // the same one), under its own tag: it is trainer memory that never changes.
+    // The frozen reference is the run's initial policy (the pretrained weights, or the
+    // seeded random model), read again so a restart gets the same one, under its own tag:
+    // it is trainer memory that never changes.
     reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(dtype), "trainer.reference_weights");
     const Tensor reference = Tensor::view(reference_->ptr, dtype, pool.device(), {layout.slab_elements()});
-    copy_floats_to_tensor(reference, ColocatedMemory::initial_weights(layout, seed_));
+    copy_floats_to_tensor(reference, initial_weights_from_deck(deck, layout));
     trainer_->set_reference(reference);
   }
 }
@@ -123,65 +150,139 @@ GrpoStep::~GrpoStep() {
   if (reference_) pool_.release(reference_);
 }
 
-RolloutSummary GrpoStep::rollout(int64_t step) {
-  RolloutSummary summary;
+std::vector<SampledGroup> GrpoStep::draw(int64_t step, uint64_t first, RolloutSummary& summary) {
+  std::vector<SampledGroup> groups(static_cast<size_t>(prompts_per_step_));
   std::vector<Prompt> prompts;
   std::vector<GenerationRequest> requests;
-  for (int64_t i = 0; i < prompts_per_step_; ++i) {
-    const uint64_t index = static_cast<uint64_t>(((step - 1) * world_size_ + rank_) * prompts_per_step_ + i);
-    prompts.push_back(task_->sample(index));
-    std::vector<int32_t> prompt = {bos_};
-    const auto text = tokenizer_->encode(prompts.back().text);
-    prompt.insert(prompt.end(), text.begin(), text.end());
+  for (SampledGroup& group : groups) {
+    group.prompt_index = first + prompts.size();
+    prompts.push_back(task_->sample(group.prompt_index));
+    group.prompt_text = format_.input_text(prompts.back().text);
+    group.prompt = format_.input_ids(group.prompt_text);
     for (int64_t g = 0; g < group_size_; ++g) {
       GenerationRequest request;
       // Ids and seeds follow the global prompt index, not the rank: the same prompts get
       // the same samples whatever the number of ranks they are spread over.
-      request.id = index * static_cast<uint64_t>(group_size_) + static_cast<uint64_t>(g);
-      request.prompt = prompt;
+      request.id = group.prompt_index * static_cast<uint64_t>(group_size_) + static_cast<uint64_t>(g);
+      request.prompt = group.prompt;
       request.sampling = sampling_;
       request.sampling.seed = seed_ * 1000003u + static_cast<uint64_t>(step) * 7919u;
       requests.push_back(std::move(request));
     }
-    TrainSequence reference;
-    reference.prompt = prompt;
-    reference.completion = tokenizer_->encode(prompts.back().answer);
-    reference.completion.push_back(eos_);
-    summary.references.push_back(std::move(reference));
   }
   const std::vector<Completion> completions = engine_->generate(requests);
-  std::vector<double>& rewards = summary.rewards;
   for (size_t r = 0; r < completions.size(); ++r) {
     const Completion& completion = completions[r];
     const Prompt& prompt = prompts[r / group_size_];
-    std::vector<int32_t> answer = completion.tokens;
-    if (!answer.empty() && answer.back() == eos_) answer.pop_back();
-    // The model's vocabulary may be larger than the task's: such a token is a malformed answer.
-    const bool in_vocab = std::all_of(answer.begin(), answer.end(), [&](int32_t id) { return id < tokenizer_->vocab_size(); });
-    const std::string text = in_vocab ? tokenizer_->decode(answer) : std::string("<unknown token>");
-    const RewardBreakdown judged = task_->judge(prompt, text);
-    rewards.push_back(judged.total);
+    SampledGroup::Sample sample{completion.tokens, completion.logprobs, format_.completion_text(completion.tokens)};
+    const RewardBreakdown judged = task_->judge(prompt, sample.text);
+    sample.reward = judged.total;
+    summary.reward_mean += judged.total;
+    summary.reward_square_mean += judged.total * judged.total;
     summary.accuracy += judged.correct;
     summary.format_rate += judged.format;
     summary.response_length += static_cast<double>(completion.tokens.size());
     summary.generated_tokens += static_cast<int64_t>(completion.tokens.size());
-    if (r == 0) summary.example = prompt.text + text + (judged.correct ? "  (right)" : "  (wrong)");
-    summary.prompt_texts.push_back(prompt.text);
-    summary.completion_texts.push_back(text);
-    TrainSequence sequence;
-    sequence.prompt = requests[r].prompt;
-    sequence.completion = completion.tokens;
-    sequence.old_logprobs = completion.logprobs;
-    summary.sequences.push_back(std::move(sequence));
+    ++summary.drawn_samples;
+    if (summary.example.empty()) summary.example = prompt.text + sample.text + (judged.correct ? "  (right)" : "  (wrong)");
+    groups[r / group_size_].samples.push_back(std::move(sample));
   }
-  const std::vector<float> advantages = group_advantages(rewards, group_size_, advantages_);
+  return groups;
+}
+
+std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>& round) const {
+  std::vector<double> mine;
+  for (const SampledGroup& group : round) {
+    const std::vector<double> rewards = group.rewards();
+    mine.insert(mine.end(), rewards.begin(), rewards.end());
+  }
+  std::vector<double> all(mine.size() * static_cast<size_t>(world_size_));
+  const int count = static_cast<int>(mine.size());
+  MPI_Allgather(mine.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm_);
+  return all;
+}
+
+RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
+  RolloutSummary summary;
+  const int64_t batch = world_size_ * prompts_per_step_;  // groups a step trains on, over all ranks
+  const bool filter = dynamic_sampling_ && !is_sft(step);
+  // Every round offers its groups, so the flat ones are counted with or without the filter.
+  DynamicSampling sampling({.batch_groups = batch, .group_size = group_size_, .over_sampling_groups = batch,
+                            .max_rounds = filter ? dynamic_sampling_rounds_ : 1});
+  std::vector<SampledGroup> mine;     // every group this rank drew, round after round
+  std::vector<int64_t> chosen, left;  // step-wide group numbers: round * batch + position in the round
+  int64_t drawn = 0;
+  do {
+    std::vector<SampledGroup> round = draw(step, static_cast<uint64_t>(cursor + drawn + rank_ * prompts_per_step_), summary);
+    const std::vector<int64_t> spread = sampling.offer(all_gather_rewards(round));
+    for (int64_t position = 0, next = 0; position < batch; ++position) {
+      const bool has_spread = next < static_cast<int64_t>(spread.size()) && spread[next] == position;
+      next += has_spread;
+      (has_spread || !filter ? chosen : left).push_back(drawn + position);
+    }
+    mine.insert(mine.end(), std::make_move_iterator(round.begin()), std::make_move_iterator(round.end()));
+    drawn += batch;
+  } while (filter && sampling.groups_to_sample() > 0);
+  if (static_cast<int64_t>(chosen.size()) < batch) {
+    // The trainer's batch has a fixed size: groups without a spread fill it, with zero advantages.
+    if (rank_ == 0)
+      TLOG(warning) << "dynamic sampling: " << chosen.size() << " of " << batch << " groups have a reward spread after "
+                    << sampling.rounds() << " rounds (grpo.dynamic-sampling-rounds); the batch is filled with "
+                    << batch - static_cast<int64_t>(chosen.size()) << " groups of equal rewards";
+    chosen.insert(chosen.end(), left.begin(), left.begin() + (batch - static_cast<int64_t>(chosen.size())));
+    std::sort(chosen.begin(), chosen.end());
+  }
+
+  // Without the filter each rank trains on the groups it drew; with it the kept groups,
+  // wherever they were drawn, are dealt out in prompt order, prompts-per-step to a rank.
+  std::vector<SampledGroup> share;
+  if (!filter) {
+    share = std::move(mine);
+  } else {
+    std::vector<SampledGroup> kept_here;
+    for (const int64_t number : chosen)
+      if ((number % batch) / prompts_per_step_ == rank_)
+        kept_here.push_back(std::move(mine[(number / batch) * prompts_per_step_ + number % batch % prompts_per_step_]));
+    std::vector<SampledGroup> kept = all_gather_groups(comm_, kept_here);
+    std::sort(kept.begin(), kept.end(), [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
+    const auto first = kept.begin() + rank_ * prompts_per_step_;
+    share.assign(std::make_move_iterator(first), std::make_move_iterator(first + prompts_per_step_));
+  }
+
+  for (const SampledGroup& group : share) {
+    TrainSequence reference;
+    reference.prompt = group.prompt;
+    reference.completion = format_.completion_ids(task_->reference_completion(task_->sample(group.prompt_index)));
+    summary.references.push_back(std::move(reference));
+    for (const SampledGroup::Sample& sample : group.samples) {
+      TrainSequence sequence;
+      sequence.prompt = group.prompt;
+      sequence.completion = sample.tokens;
+      sequence.old_logprobs = sample.logprobs;
+      summary.sequences.push_back(std::move(sequence));
+      summary.prompt_texts.push_back(group.prompt_text);
+      summary.completion_texts.push_back(sample.text);
+      summary.rewards.push_back(sample.reward);
+    }
+  }
+  const std::vector<float> advantages = group_advantages(summary.rewards, group_size_, advantages_);
   for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
-  const double n = static_cast<double>(completions.size());
-  for (double reward : rewards) summary.reward_mean += reward / n, summary.reward_square_mean += reward * reward / n;
-  summary.reward_std = reward_std(rewards);
+
+  const double n = static_cast<double>(summary.drawn_samples);
+  summary.reward_mean /= n;
+  summary.reward_square_mean /= n;
+  summary.reward_std = std::sqrt(std::max(0.0, summary.reward_square_mean - summary.reward_mean * summary.reward_mean) * n /
+                                 std::max(1.0, n - 1));
   summary.accuracy /= n;
   summary.format_rate /= n;
   summary.response_length /= n;
+  summary.prompts_drawn = drawn;
+  summary.sampling_metrics = {
+      {"sampling/drawn_groups", static_cast<double>(drawn)},
+      {"sampling/kept_groups", static_cast<double>(sampling.kept())},
+      {"sampling/zero_spread_fraction", static_cast<double>(sampling.dropped_flat()) / static_cast<double>(drawn)},
+      {"sampling/rounds", static_cast<double>(sampling.rounds())},
+  };
   return summary;
 }
 

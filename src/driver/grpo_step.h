@@ -2,17 +2,25 @@
 // prompt with the engine, rewards from the task, group advantages; then the trainer's
 // update (the supervised warm-up while the [sft] steps last, GRPO after). The step loop
 // in run_job wraps it with the handoffs, checkpoints and metrics.
+//
+// Prompts come from one sequence of global indices shared by all ranks, consumed from the
+// run's prompt cursor: a round of a step draws prompts-per-step prompts per rank, rank r
+// taking the r-th slice, so N ranks draw the same prompts as one rank with N times the
+// prompts. Dynamic sampling draws rounds until the step has a full batch of groups with
+// a reward spread, and deals the kept groups out to the ranks in prompt order.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "deck/deck.h"
-#include "model/cpu_ops.h"
 #include "io/run_file.h"
 #include "rollout/engine.h"
-#include "tasks/char_tokenizer.h"
+#include "driver/sampled_group.h"
+#include "tasks/prompt_format.h"
 #include "tasks/task.h"
 #include "train/advantages.h"
 #include "train/lr_schedule.h"
@@ -27,40 +35,53 @@ class ColocatedMemory;
 size_t kv_cache_bytes(const Deck& deck, Device device);
 
 struct RolloutSummary {
+  // The batch this rank trains on: prompts-per-step groups.
   std::vector<TrainSequence> sequences;   // prompt, completion, rollout log-probs, advantage
   std::vector<TrainSequence> references;  // each prompt with the task's own answer (for SFT)
+  std::vector<std::string> prompt_texts, completion_texts;  // per sequence
+  std::vector<double> rewards;                              // per sequence
+  // Over every sample this rank drew (each rank draws as many): how the policy does.
   double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
   double reward_square_mean = 0;  // with reward_mean, gives the std over all ranks' samples
-  int64_t generated_tokens = 0;
+  int64_t generated_tokens = 0, drawn_samples = 0;
   std::string example;  // one prompt and its first completion, for the log
-  std::vector<std::string> prompt_texts, completion_texts;  // per sample
-  std::vector<double> rewards;                              // per sample
+  // The same on every rank: prompts the step drew over all ranks (the cursor's advance),
+  // and the dynamic-sampling figures.
+  int64_t prompts_drawn = 0;
+  MetricValues sampling_metrics;
 };
 
 class GrpoStep {
  public:
   GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
-           MemoryPool& pool, Communicator& communicator, int rank, int world_size);
+           MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm);
   ~GrpoStep();
 
-  // The task's prompts for this step (the same on every run: indices follow the step and
-  // the rank), G sampled completions each, their rewards and advantages.
-  RolloutSummary rollout(int64_t step);
+  // The step's prompts from global index `cursor` on (the prompts the run has consumed),
+  // G sampled completions each, their rewards and advantages. Collective.
+  RolloutSummary rollout(int64_t step, int64_t cursor);
   TrainStepResult train(int64_t step, const RolloutSummary& rollout);
   bool is_sft(int64_t step) const { return step <= sft_steps_; }
   // The step's samples for the run file; train log-probs come from a GRPO update.
   static std::vector<SampleRecord> samples(const RolloutSummary& rollout, const TrainStepResult& trained);
-  int32_t vocab_needed() const { return tokenizer_->vocab_size(); }
 
  private:
+  // One round: G completions of each of this rank's prompts, from global index `first` on,
+  // scored; the drawn-sample statistics of `summary` accumulate.
+  std::vector<SampledGroup> draw(int64_t step, uint64_t first, RolloutSummary& summary);
+  // Every rank's rewards of a round, in global prompt order.
+  std::vector<double> all_gather_rewards(const std::vector<SampledGroup>& round) const;
+
   MemoryPool& pool_;
   Allocation* reference_ = nullptr;  // the frozen initial policy, when the loss has a KL term
   Allocation* activations_ = nullptr;
   std::unique_ptr<Task> task_;
-  std::unique_ptr<CharTokenizer> tokenizer_;
-  int32_t bos_ = 0, eos_ = 0;
+  PromptFormat format_;
   int64_t prompts_per_step_, group_size_, sft_steps_, rl_steps_;
+  bool dynamic_sampling_;
+  int64_t dynamic_sampling_rounds_;
   int rank_, world_size_;
+  MPI_Comm comm_;
   uint64_t seed_;
   SamplingParams sampling_;
   AdvantageSettings advantages_;

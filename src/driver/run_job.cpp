@@ -162,7 +162,9 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     data_cursor = checkpoint.data_cursor();
     TLOG(info) << "resumed from " << resume_from->string() << " at step " << step;
   } else {
-    memory.initialise_weights(seed);
+    // A fresh start: the pretrained weights of model.path, or a random model from the seed.
+    copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
+    memory.rebuild({"trainer.working_weights"});
   }
 
   std::optional<RunFile> run_file;
@@ -179,7 +181,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     }
   }
 
-  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size());
+  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");
@@ -206,7 +208,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     {
       ScopedPhase phase(timers, "rollout");
       const auto start = std::chrono::steady_clock::now();
-      rollout = grpo.rollout(step);
+      rollout = grpo.rollout(step, data_cursor);
       rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     HandoffReport to_train, to_rollout;
@@ -221,7 +223,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       trained = grpo.train(step, rollout);
       train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    data_cursor += world->size();
+    data_cursor += rollout.prompts_drawn;  // over all ranks: a restart draws the next prompts
     if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
@@ -257,7 +259,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       MPI_Allreduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm);
       const double ranks = world->size();
       rollout.reward_mean = sums[0] / ranks;
-      const double samples = ranks * static_cast<double>(rollout.sequences.size());
+      const double samples = ranks * static_cast<double>(rollout.drawn_samples);
       const double variance = std::max(0.0, sums[1] / ranks - rollout.reward_mean * rollout.reward_mean);
       rollout.reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
       rollout.accuracy = sums[2] / ranks;
@@ -297,6 +299,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"handoff/before_sync_device_peak", static_cast<double>(to_rollout.device_peak)});
     metrics.push_back({"handoff/before_sync_host_peak", static_cast<double>(to_rollout.host_peak)});
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
+    metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {

@@ -63,6 +63,10 @@ RewardBreakdown ArithmeticTask::judge(const Prompt& prompt, std::string_view com
   return weighted_reward(settings_.weights, true, true);
 }
 
+std::string ArithmeticTask::reference_completion(const Prompt& prompt) const {
+  return settings_.style == PromptStyle::Instruct ? "<answer>" + prompt.answer + "</answer>" : prompt.answer;
+}
+
 std::string ArithmeticTask::alphabet() const {
   if (settings_.style == PromptStyle::Instruct) return {};
   return "0123456789=" + settings_.operations;

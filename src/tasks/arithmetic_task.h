@@ -21,6 +21,8 @@ class ArithmeticTask final : public Task {
   // Format: the answer is an integer ("-7", "408"); correct: it is the reference, exactly
   // (so "046" is well-formed but wrong).
   RewardBreakdown judge(const Prompt& prompt, std::string_view completion) const override;
+  // Instruct: the answer inside <answer></answer>.
+  std::string reference_completion(const Prompt& prompt) const override;
   std::string alphabet() const override;
 
  private:

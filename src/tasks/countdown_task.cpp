@@ -164,6 +164,10 @@ RewardBreakdown CountdownTask::judge(const Prompt& prompt, std::string_view comp
   return weighted_reward(weights, true, true);
 }
 
+std::string CountdownTask::reference_completion(const Prompt& prompt) const {
+  return settings_.style == PromptStyle::Instruct ? "<answer>" + prompt.answer + "</answer>" : prompt.answer;
+}
+
 std::string CountdownTask::alphabet() const {
   if (settings_.style == PromptStyle::Instruct) return {};
   return "0123456789+-*/(),;=";

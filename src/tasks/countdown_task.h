@@ -28,6 +28,8 @@ class CountdownTask final : public Task {
   // Format: the answer parses as an expression. Correct: it uses only given numbers, none
   // more often than given, evaluates without dividing by zero, and equals the target.
   RewardBreakdown judge(const Prompt& prompt, std::string_view completion) const override;
+  // Instruct: the answer inside <answer></answer>.
+  std::string reference_completion(const Prompt& prompt) const override;
   std::string alphabet() const override;
 
  private:

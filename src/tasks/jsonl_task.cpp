@@ -29,10 +29,10 @@ std::string kind_of(const nlohmann::json& value) {
 
 AnswerMatch answer_match_from_name(std::string_view name) {
   if (name == "exact") return AnswerMatch::Exact;
-  if (name == "last_number") return AnswerMatch::LastNumber;
+  if (name == "last-number") return AnswerMatch::LastNumber;
   if (name == "boxed") return AnswerMatch::Boxed;
   throw std::invalid_argument("unknown answer match '" + std::string(name) +
-                              "': expected exact, last_number or boxed");
+                              "': expected exact, last-number or boxed");
 }
 
 JsonlTask::JsonlTask(JsonlTaskSettings settings) : settings_(std::move(settings)) {
@@ -62,7 +62,7 @@ JsonlTask::JsonlTask(JsonlTaskSettings settings) : settings_(std::move(settings)
       fail("\"answer\" must be a string or a number, got " + kind_of(*answer));
     Record record{prompt->get<std::string>(), answer->is_string() ? answer->get<std::string>() : answer->dump()};
     if (settings_.match == AnswerMatch::LastNumber && !last_number(record.answer))
-      fail("the answer '" + record.answer + "' has no number for last_number matching");
+      fail("the answer '" + record.answer + "' has no number for last-number matching");
     records_.push_back(std::move(record));
   }
   if (in.bad()) throw std::runtime_error(file + ": read error after line " + std::to_string(line_number));
@@ -103,6 +103,11 @@ RewardBreakdown JsonlTask::judge(const Prompt& prompt, std::string_view completi
     }
   }
   throw std::logic_error("jsonl task: unknown answer match");
+}
+
+std::string JsonlTask::reference_completion(const Prompt& prompt) const {
+  if (settings_.match != AnswerMatch::Boxed) return prompt.answer;
+  return "\\boxed{" + std::string(last_boxed(prompt.answer).value_or(prompt.answer)) + "}";
 }
 
 }  // namespace tandem

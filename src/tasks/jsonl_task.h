@@ -15,7 +15,8 @@ enum class AnswerMatch {
   Boxed,       // the last \boxed{...} equals the answer (or the answer's own \boxed{...})
 };
 
-// "exact", "last_number", "boxed"; throws std::invalid_argument listing them.
+// "exact", "last-number", "boxed" (the deck's task.reward); throws std::invalid_argument
+// listing them.
 AnswerMatch answer_match_from_name(std::string_view name);
 
 struct JsonlTaskSettings {
@@ -29,7 +30,7 @@ class JsonlTask final : public Task {
  public:
   // Reads the whole file. Throws std::runtime_error "<path>:<line>: <reason>" for a line
   // that is not a JSON object with a string "prompt" and a string or number "answer" (and,
-  // for last_number, an answer with a number in it). Blank lines are skipped.
+  // for last-number, an answer with a number in it). Blank lines are skipped.
   explicit JsonlTask(JsonlTaskSettings settings);
 
   size_t size() const { return records_.size(); }
@@ -37,10 +38,12 @@ class JsonlTask final : public Task {
   // Index i is position i % size() in a shuffle of all lines that is new each epoch
   // (i / size()), so every epoch visits every line once.
   Prompt sample(uint64_t index) const override;
-  // Format: exact - the completion is not blank; last_number - it has a number; boxed -
+  // Format: exact - the completion is not blank; last-number - it has a number; boxed -
   // it has a closed \boxed{...}. Boxed answers match as text with spaces removed, or as
   // numbers of equal value.
   RewardBreakdown judge(const Prompt& prompt, std::string_view completion) const override;
+  // boxed: the answer inside \boxed{}; otherwise the answer as the file gives it.
+  std::string reference_completion(const Prompt& prompt) const override;
   std::string alphabet() const override { return {}; }
 
  private:

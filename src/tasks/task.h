@@ -47,6 +47,10 @@ class Task {
 
   double reward(const Prompt& prompt, std::string_view completion) const { return judge(prompt, completion).total; }
 
+  // A right completion written as the prompt asks for it (the bare answer, or the answer
+  // in its tags): the target of the supervised warm-up.
+  virtual std::string reference_completion(const Prompt& prompt) const = 0;
+
   // Every character a prompt or a right completion can contain, for a character tokenizer;
   // empty when the text is free-form and needs a pretrained model's tokenizer.
   virtual std::string alphabet() const = 0;

@@ -61,7 +61,10 @@ void jsonl_task_has_its_file_and_tokenizer(const Deck& deck) {
     contradiction(deck, {"task.name", "model.path"},
                   "task.name = jsonl needs a pretrained model's tokenizer for its free-form text: set model.path");
   try {
-    JsonlTask({.path = deck.get<std::string>("task.path"), .match = answer_match_from_name(deck.get<std::string>("task.reward"))});
+    JsonlTaskSettings settings;
+    settings.path = deck.get<std::string>("task.path");
+    settings.match = answer_match_from_name(deck.get<std::string>("task.reward"));
+    JsonlTask{settings};
   } catch (const std::runtime_error& error) {
     throw DeckError(deck.source("task.path"), "task.path", error.what());
   }

@@ -25,9 +25,11 @@ std::unique_ptr<Task> make_task(const Deck& deck) {
   const PromptStyle style = deck.get<std::string>("model.path").empty() ? PromptStyle::Compact : PromptStyle::Instruct;
   const std::string name = deck.get<std::string>("task.name");
   if (name == "jsonl") {
-    return std::make_unique<JsonlTask>(JsonlTaskSettings{.path = deck.get<std::string>("task.path"),
-                                                         .match = answer_match_from_name(deck.get<std::string>("task.reward")),
-                                                         .seed = seed});
+    JsonlTaskSettings settings;
+    settings.path = deck.get<std::string>("task.path");
+    settings.match = answer_match_from_name(deck.get<std::string>("task.reward"));
+    settings.seed = seed;
+    return std::make_unique<JsonlTask>(settings);
   }
   if (name == "countdown") {
     CountdownSettings settings;
@@ -49,7 +51,9 @@ std::unique_ptr<Task> make_task(const Deck& deck) {
 PromptFormat make_prompt_format(const Deck& deck, const Task& task) {
   const std::string path = deck.get<std::string>("model.path");
   if (path.empty()) return PromptFormat::for_alphabet(task.alphabet());
-  return PromptFormat::from_hf_folder(path, ChatOptions{.enable_thinking = deck.get<bool>("task.thinking")});
+  ChatOptions chat;
+  chat.enable_thinking = deck.get<bool>("task.thinking");
+  return PromptFormat::from_hf_folder(path, chat);
 }
 
 // The longest prompt in ids: over every line of a prompt file, or over a sample of a

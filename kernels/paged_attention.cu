@@ -528,7 +528,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     if (block < 0 || block >= geo.cache_blocks) return -1;
     return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D;
   };
-  const auto stage_keys_at = [&](int n) { return reinterpret_cast<bf16*>(ring + n % kDecodeStages * kDecodeStageBytes); };
+  const auto stage_keys_at = [&](int n) {
+    return reinterpret_cast<bf16*>(ring + n % kDecodeStages * kDecodeStageBytes);
+  };
   // One commit group per call, empty past the warp's stages, so that the wait counts hold.
   const auto fetch = [&](int n, int64_t where) {
     if (n < mine) {
@@ -630,8 +632,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
       merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
                   __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
     }
-  // Each warp's state goes into its own ring: every copy into it was waited for, and the
-  // shuffles above follow every lane's last read of it.
+  // Each warp's state goes into its own ring, once every copy into it was waited for (all
+  // of the warp's stages were) and every lane has read its last piece.
+  __syncwarp();
   float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
   if (slot == 0) {
 #pragma unroll
@@ -766,7 +769,8 @@ void with_group(int group, Launch&& launch) {
     case 1: return launch(std::integral_constant<int, 1>{});
     case 2: return launch(std::integral_constant<int, 2>{});
     case 4: return launch(std::integral_constant<int, 4>{});
-    default: throw std::logic_error("kernels/paged_attention.cu: no decode kernel for groups of " + std::to_string(group));
+    default:
+      throw std::logic_error("kernels/paged_attention.cu: no decode kernel for groups of " + std::to_string(group));
   }
 }
 
@@ -788,7 +792,8 @@ template <class Kernel>
 void allow_shared(Kernel kernel, int bytes, const char* what) {
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (status == cudaSuccess)  // the blocks per multiprocessor it was designed for need the largest carveout
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
   if (status != cudaSuccess)
     throw std::runtime_error(std::string("kernels/paged_attention.cu: cannot give the ") + what + " kernel " +
                              std::to_string(bytes) + " bytes of shared memory: " + cudaGetErrorString(status));

@@ -9,9 +9,9 @@
 //
 // Standard table: batch 256 at contexts 128, 256 and 512 and at contexts spread over
 // 64..448 (as an engine's batch is), batch 64 at 256, 512 and 2048, and batch 8 at 2048
-// (few sequences: split-K). One layer-call is attend for one layer's cache (store is timed apart). The calls cycle
-// through `layers` caches, as a model's layers do, so that the KV read comes from HBM and
-// not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
+// (few sequences: split-K). One layer-call is attend for one layer's cache (store is
+// timed apart). The calls cycle through `layers` caches, as a model's layers do, so that
+// the KV read comes from HBM and not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
 // times. Bandwidth counts the K and V rows read once (the contexts' sum × 2 × kv_width ×
 // 2 bytes); the H200's HBM3e peaks at about 4.8 TB/s.
 #include <cstdio>

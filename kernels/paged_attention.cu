@@ -78,6 +78,21 @@ __device__ inline float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ inline void store(float* p, float x) { *p = x; }
 __device__ inline void store(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
 
+// Element d of row (token, head) from its softmax-weighted value sum, weight sum and
+// maximum score (log2 units): the output itself when the sequence has one active split,
+// else the split's normalised partial and (once per row) its log-sum-exp for combine_splits.
+__device__ inline void write_result(bf16* out, float* partial_out, float* partial_lse, const Geometry& geo, int active,
+                                    int split, int64_t token, int head, int d, float value, float sum, float max) {
+  const float inverse = sum > 0 ? 1.f / sum : 0.f;
+  if (active == 1) {
+    out[(token * geo.heads + head) * geo.head_dim + d] = __float2bfloat16_rn(value * inverse);
+  } else {
+    const int64_t partial_row = (static_cast<int64_t>(split) * geo.tokens + token) * geo.heads + head;
+    partial_out[partial_row * geo.head_dim + d] = value * inverse;
+    if (d == 0) partial_lse[partial_row] = sum > 0 ? max + log2f(sum) : -INFINITY;
+  }
+}
+
 __device__ inline float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
@@ -407,16 +422,240 @@ __global__ void __launch_bounds__(kThreads)
       sum += weight * state_sum[w];
       value += weight * state[w * Shared::state_stride + d];
     }
-    const float inverse = sum > 0 ? 1.f / sum : 0.f;
     const int64_t token = tile.seq.start + tile.first_query + r / slice_heads;
-    const int head = head0 + r % slice_heads;
-    if (active == 1) {
-      out[token * q_stride + head * D + d] = __float2bfloat16_rn(value * inverse);
-    } else {
-      const int64_t partial_row = (static_cast<int64_t>(split) * geo.tokens + token) * geo.heads + head;
-      partial_out[partial_row * D + d] = value * inverse;
-      if (d == 0) partial_lse[partial_row] = sum > 0 ? best + log2f(sum) : -INFINITY;
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + r % slice_heads, d, value, sum,
+                 best);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode path (BF16, one query per sequence, GQA group of 1, 2 or 4, head_dim 64 or 128).
+// A group this small wastes most of a tensor-core tile's 16 rows, and a tile block's few
+// chunks behind one double buffer spend most of their time waiting for memory. Here block
+// (sequence, kv head, split) holds the group's queries in registers and its warps stream
+// disjoint stages of keys, each through a ring of its own: kDecodeStages - 1 stages in
+// flight (cp.async) while it works on one. A lane owns 8 dims of a key; lanes_per_key lanes
+// make one key's dot products on the CUDA cores (butterfly sums), so a warp covers
+// key_slots keys at once, and each slot keeps its own online softmax. A lane copies and
+// later reads only its own 16-byte pieces of a stage, so no warp ever waits for another
+// before the end, where the slots and then the warps merge by log-sum-exp.
+//
+// Bytes in flight: a warp has up to 3 stages of 4 KB out, kDecodeBlocksPerSm blocks of
+// kWarps warps make 192 KB per multiprocessor, well above the ~40 KB that keep HBM busy
+// (4.8 TB/s × ~1 us / 132), so that blocks starting up or finishing leave enough behind.
+
+constexpr int kDecodeStages = 3;
+constexpr int kDecodeKeysPerLane = 4;  // per stage
+constexpr int kDecodeStageBytes = kDecodeKeysPerLane * 32 * 16 * 2;  // K and V pieces
+constexpr int kDecodeSharedBytes = kWarps * kDecodeStages * kDecodeStageBytes;
+constexpr int kDecodeBlocksPerSm = 4;  // 4 × 48 KB of shared memory, 128 registers a thread
+
+template <int D>
+struct DecodeLayout {
+  static constexpr int lanes_per_key = D / 8;
+  static constexpr int key_slots = 32 / lanes_per_key;
+  static constexpr int stage_keys = kDecodeKeysPerLane * key_slots;  // per warp
+  static_assert(kDecodeKeysPerLane * 32 * 16 == stage_keys * D * 2, "a stage's K half is its lanes' pieces");
+  static_assert(stage_keys <= 32, "one lane looks up each key of a stage");
+};
+
+// 8 BF16 values to FP32: the upper half of a word is already a float's bit pattern.
+__device__ inline void unpack_bf16x8(const uint4& raw, float (&x)[8]) {
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(words[i] << 16);
+    x[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// Folds the online-softmax state (other_max, other_sum, other_acc) into (max, sum, acc):
+// maxima in log2 units, sums and accumulators relative to their own maximum.
+template <int N>
+__device__ inline void merge_state(float& max, float& sum, float (&acc)[N], float other_max, float other_sum,
+                                   const float (&other_acc)[N]) {
+  const float best = fmaxf(max, other_max);
+  const float base = best == -INFINITY ? 0.f : best;  // both empty: weights exp2(-inf) = 0
+  const float weight = exp2f(max - base), other_weight = exp2f(other_max - base);
+  sum = sum * weight + other_sum * other_weight;
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = acc[i] * weight + other_acc[i] * other_weight;
+  max = best;
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
+    attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
+                  const bf16* value_cache, const int* cu_queries, const int* context_lens, const int* block_tables,
+                  Geometry geo) {
+  using Layout = DecodeLayout<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  const int b = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
+  const int active = active_splits(seq.context, geo.splits);
+  if (seq.queries == 0 || split >= active) return;
+  // The sequence's first new token (its only one in a valid decode step) sees keys up to itself.
+  const int split_keys = split_length(seq.context, geo.splits), key_begin = split * split_keys;
+  const int key_end = min(min(key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
+  const int stages = key_end > key_begin ? (key_end - key_begin + Layout::stage_keys - 1) / Layout::stage_keys : 0;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int piece = lane % Layout::lanes_per_key;  // dims [8·piece, 8·piece + 8) of every key
+  const int slot = lane / Layout::lanes_per_key;   // keys slot + key_slots·i of every stage
+  const int mine = stages > warp ? (stages - warp + kWarps - 1) / kWarps : 0;  // stages warp + kWarps·n
+  const int64_t token = seq.start, q_stride = static_cast<int64_t>(geo.heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int head0 = kv_head * G;
+  const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
+  unsigned char* ring = shared + warp * kDecodeStages * kDecodeStageBytes;
+
+  // The queries' dims of this lane, scaled so that scores come out in log2 units.
+  float query[G][8];
+  const float scale_log2 = geo.scale * kLog2e;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + 8 * piece), query[g]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
+  }
+
+  // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
+  // past the range or a block outside the cache (which reads as zeros, as in attend_tiles).
+  const auto locate = [&](int n) -> int64_t {
+    const int key = key_begin + (warp + kWarps * n) * Layout::stage_keys + lane;
+    if (n >= mine || lane >= Layout::stage_keys || key >= key_end) return -1;
+    const int block = table[key / geo.block_size];
+    if (block < 0 || block >= geo.cache_blocks) return -1;
+    return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D;
+  };
+  const auto stage_keys_at = [&](int n) {
+    return reinterpret_cast<bf16*>(ring + n % kDecodeStages * kDecodeStageBytes);
+  };
+  // One commit group per call, empty past the warp's stages, so that the wait counts hold.
+  const auto fetch = [&](int n, int64_t where) {
+    if (n < mine) {
+      bf16* keys = stage_keys_at(n);
+      bf16* values = keys + Layout::stage_keys * D;
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+        const int j = slot + Layout::key_slots * i;
+        const int64_t offset = __shfl_sync(kFullMask, where, j);
+        const int64_t from = offset >= 0 ? offset + 8 * piece : 0;
+        copy_async_16(keys + j * D + 8 * piece, key_cache + from, offset >= 0);
+        copy_async_16(values + j * D + 8 * piece, value_cache + from, offset >= 0);
+      }
     }
+    copy_async_commit();
+  };
+
+  // The block-table reads of the first stages go out together; afterwards each stage's
+  // read is one stage ahead of its copy.
+  int64_t where[kDecodeStages];
+#pragma unroll
+  for (int n = 0; n < kDecodeStages; ++n) where[n] = locate(n);
+#pragma unroll
+  for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
+  int64_t next = where[kDecodeStages - 1];
+
+  float row_max[G], row_sum[G], acc[G][8] = {};
+#pragma unroll
+  for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
+  for (int n = 0; n < mine; ++n) {
+    fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
+    next = locate(n + kDecodeStages);
+    copy_async_wait<kDecodeStages - 1>();
+    const bf16* keys = stage_keys_at(n);
+    const bf16* values = keys + Layout::stage_keys * D;
+    const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
+
+    float score[kDecodeKeysPerLane][G];
+#pragma unroll
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      const int j = slot + Layout::key_slots * i;
+      float k[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(keys + j * D + 8 * piece), k);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(query[g][e], k[e], dot);
+        score[i][g] = dot;
+      }
+    }
+#pragma unroll
+    for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float stage_max = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+        if (key0 + slot + Layout::key_slots * i >= key_end) score[i][g] = -INFINITY;
+        stage_max = fmaxf(stage_max, score[i][g]);
+      }
+      const float best = fmaxf(row_max[g], stage_max);
+      const float base = best == -INFINITY ? 0.f : best;
+      const float correction = exp2f(row_max[g] - base);
+      row_max[g] = best;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+        score[i][g] = exp2f(score[i][g] - base);
+        sum += score[i][g];
+      }
+      row_sum[g] = row_sum[g] * correction + sum;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= correction;
+    }
+#pragma unroll
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      float v[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(values + (slot + Layout::key_slots * i) * D + 8 * piece), v);
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(score[i][g], v[e], acc[g][e]);
+    }
+  }
+
+  // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
+#pragma unroll
+  for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float other[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
+      merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
+                  __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
+    }
+  // Each warp's state goes into its own ring, once every copy into it was waited for (all
+  // of the warp's stages were) and every lane has read its last piece.
+  __syncwarp();
+  float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
+  if (slot == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float4* to = reinterpret_cast<float4*>(state + g * D + 8 * piece);
+      to[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      to[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+      if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
+    }
+  }
+  __syncthreads();
+
+  for (int e = threadIdx.x; e < G * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float max = -INFINITY, sum = 0.f, value[1] = {0.f};
+    for (int w = 0; w < kWarps; ++w) {
+      const float* other = reinterpret_cast<const float*>(shared + w * kDecodeStages * kDecodeStageBytes);
+      const float other_value[1] = {other[g * D + d]};
+      merge_state(max, sum, value, other[G * D + g], other[G * D + G + g], other_value);
+    }
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + g, d, value[0], sum, max);
   }
 }
 
@@ -518,14 +757,56 @@ TilePlan plan_tiles(int64_t tokens, int64_t sequences, int heads, int kv_heads, 
   return plan;
 }
 
-template <int D, int RowTiles>
-void allow_shared() {
-  const auto kernel = attend_tiles<D, RowTiles>;
-  const int bytes = TileShared<D, RowTiles>::bytes;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+// Decode steps (T == B) on the decode kernel: group sizes and head sizes it has registers for.
+bool decode_kernel_fits(int group, int head_dim) {
+  return (group == 1 || group == 2 || group == 4) && (head_dim == 64 || head_dim == 128);
+}
+
+// Calls launch(std::integral_constant<int, G>) for the decode kernel's group sizes.
+template <class Launch>
+void with_group(int group, Launch&& launch) {
+  switch (group) {
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    default:
+      throw std::logic_error("kernels/paged_attention.cu: no decode kernel for groups of " + std::to_string(group));
+  }
+}
+
+// Blocks (sequence, kv head, split) of a decode step: split-K only when the B·kv_heads
+// blocks leave whole resident slots of the device empty, and never into more blocks than
+// it holds at once (a second wave and the combine cost more than empty slots). Further
+// limits as in plan_tiles.
+int plan_decode_splits(int64_t sequences, int heads, int kv_heads, int64_t max_context, int64_t workspace_rows,
+                       int sms) {
+  const int64_t blocks = sequences * kv_heads;
+  int64_t splits = static_cast<int64_t>(kDecodeBlocksPerSm) * sms / blocks;
+  splits = std::min<int64_t>(splits, kMaxSplits);
+  splits = std::min<int64_t>(splits, (max_context + kChunk - 1) / kChunk);
+  splits = std::min<int64_t>(splits, workspace_rows / std::max<int64_t>(sequences * heads, 1));
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+template <class Kernel>
+void allow_shared(Kernel kernel, int bytes, const char* what) {
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (status == cudaSuccess)  // the blocks per multiprocessor it was designed for need the largest carveout
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
   if (status != cudaSuccess)
-    throw std::runtime_error(std::string("kernels/paged_attention.cu: cannot give the attend kernel ") +
+    throw std::runtime_error(std::string("kernels/paged_attention.cu: cannot give the ") + what + " kernel " +
                              std::to_string(bytes) + " bytes of shared memory: " + cudaGetErrorString(status));
+}
+
+template <int D, int RowTiles>
+void allow_tile_shared() {
+  allow_shared(attend_tiles<D, RowTiles>, TileShared<D, RowTiles>::bytes, "attend");
+}
+
+template <int D, int G>
+void allow_decode_shared() {
+  allow_shared(attend_decode<D, G>, kDecodeSharedBytes, "decode");
 }
 
 template <class Element>
@@ -545,10 +826,12 @@ bool aligned_16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 
 void paged_attention_setup() {
   static std::once_flag once;
   std::call_once(once, [] {
-    allow_shared<16, 1>(), allow_shared<16, 4>();
-    allow_shared<32, 1>(), allow_shared<32, 4>();
-    allow_shared<64, 1>(), allow_shared<64, 4>();
-    allow_shared<128, 1>(), allow_shared<128, 4>();
+    allow_tile_shared<16, 1>(), allow_tile_shared<16, 4>();
+    allow_tile_shared<32, 1>(), allow_tile_shared<32, 4>();
+    allow_tile_shared<64, 1>(), allow_tile_shared<64, 4>();
+    allow_tile_shared<128, 1>(), allow_tile_shared<128, 4>();
+    allow_decode_shared<64, 1>(), allow_decode_shared<64, 2>(), allow_decode_shared<64, 4>();
+    allow_decode_shared<128, 1>(), allow_decode_shared<128, 2>(), allow_decode_shared<128, 4>();
   });
 }
 
@@ -561,7 +844,10 @@ size_t paged_workspace_floats(int64_t max_tokens, int64_t max_sequences, int hea
                                 " key/value heads of " + std::to_string(head_dim) + " dims");
   const int sms = multiprocessors();
   const auto rows = [&](int64_t tokens, int64_t sequences) {  // (split, token, head) rows of one step
-    return plan_tiles(tokens, sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits * tokens * heads;
+    int64_t splits = plan_tiles(tokens, sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits;
+    if (tokens == sequences)  // either decode launch, whichever the dtype and alignment pick
+      splits = std::max<int64_t>(splits, plan_decode_splits(sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms));
+    return splits * tokens * heads;
   };
   // Decode steps of every size; longer steps split most with a single sequence.
   int64_t most = 0;
@@ -657,28 +943,38 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
 
   paged_attention_setup();
   const int64_t workspace_rows = workspace.shape[0] / (D + 1);
-  const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_blocks * batch.block_size, workspace_rows,
-                                   multiprocessors());
+  const int64_t max_context = max_blocks * batch.block_size;
+  const int sms = multiprocessors(), group = heads / kv_heads;
+  const bool decode = T == B && decode_kernel_fits(group, geo.head_dim);
+  const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_context, workspace_rows, sms);
   geo.slice_heads = plan.slice_heads;
   geo.slices = plan.slices;
   geo.per_tile = plan.per_tile;
-  geo.splits = plan.splits;
+  geo.splits = decode ? plan_decode_splits(B, heads, kv_heads, max_context, workspace_rows, sms) : plan.splits;
   float* partial_out = mutable_data<float>(workspace);
-  float* partial_lse = partial_out + static_cast<int64_t>(plan.splits) * T * heads * D;
-  const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),
-                  static_cast<unsigned>(plan.splits));
-  with_head_dim(geo.head_dim, [&](auto dim) {
-    constexpr int Dim = decltype(dim)::value;
-    const auto launch = [&](auto kernel, int bytes) {
-      kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
-                                                data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables,
-                                                geo);
-    };
-    if (plan.row_tiles == 1) launch(attend_tiles<Dim, 1>, TileShared<Dim, 1>::bytes);
-    else launch(attend_tiles<Dim, 4>, TileShared<Dim, 4>::bytes);
-  });
+  float* partial_lse = partial_out + static_cast<int64_t>(geo.splits) * T * heads * D;
+  const auto launch = [&](auto kernel, dim3 grid, int bytes) {
+    kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
+                                              data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables, geo);
+  };
+  if (decode) {
+    const dim3 grid(static_cast<unsigned>(B), static_cast<unsigned>(kv_heads), static_cast<unsigned>(geo.splits));
+    with_group(group, [&](auto g) {
+      constexpr int G = decltype(g)::value;
+      if (geo.head_dim == 64) launch(attend_decode<64, G>, grid, kDecodeSharedBytes);
+      else launch(attend_decode<128, G>, grid, kDecodeSharedBytes);
+    });
+  } else {
+    const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),
+                    static_cast<unsigned>(plan.splits));
+    with_head_dim(geo.head_dim, [&](auto dim) {
+      constexpr int Dim = decltype(dim)::value;
+      if (plan.row_tiles == 1) launch(attend_tiles<Dim, 1>, grid, TileShared<Dim, 1>::bytes);
+      else launch(attend_tiles<Dim, 4>, grid, TileShared<Dim, 4>::bytes);
+    });
+  }
   check_launch(op);
-  if (plan.splits > 1) {
+  if (geo.splits > 1) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
     combine_splits<<<blocks, kThreads, 0, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, cu, context,
                                                     geo);

@@ -6,13 +6,19 @@
 // q, out [T, heads*head_dim], all of one dtype, BF16 or F32; the batch tensors I32 on the
 // device; workspace F32 (split-K partials, see paged_workspace_floats).
 //
-// Two paths for attend, chosen per call from dtypes, shapes and alignment:
-// - BF16 with head_dim 16, 32, 64 or 128 (16-byte aligned tensors): a block serves every
+// Three paths for attend, chosen per call from dtypes, shapes and alignment:
+// - Decode steps (T == B: one query per sequence), BF16, head_dim 64 or 128, GQA groups
+//   of 1, 2 or 4 (16-byte aligned tensors): a block per (sequence, kv head, split) whose
+//   4 warps stream disjoint 8- or 16-key stages of the cache through rings of their own
+//   (cp.async, 3 stages each, two in flight while one is used) and take the dot products
+//   on the CUDA cores; the warps merge by log-sum-exp at the end. Split-K only when the
+//   B·kv_heads blocks leave the device's resident slots empty (small batches).
+// - Other BF16 steps with head_dim 16, 32, 64 or 128 (16-byte aligned): a block serves every
 //   query head of one kv head (or 16/64 of them when a group is larger) for a tile of
 //   queries of one sequence, so each key and value row is read once per tile; keys stream
 //   through shared memory in chunks of 64 (cp.async, double-buffered) and meet Q on the
 //   tensor cores. The 4 warps split the rows when a tile has many (prefill) and the keys
-//   when it has few (decode: 4 warps × 16 keys of every chunk). Split-K (flash-decoding):
+//   when it has few (decode with larger groups: 4 warps × 16 keys of every chunk). Split-K (flash-decoding):
 //   each sequence's keys are cut into up to `splits` equal ranges, one block each, whose
 //   FP32 partial results and log-sum-exps a second kernel combines.
 // - Anything else (F32, other head sizes up to 256): one warp per (token, head), FP32.

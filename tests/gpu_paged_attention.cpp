@@ -362,9 +362,13 @@ TEST_P(GpuPagedAttention, MatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuPagedAttention,
     ::testing::Values(
-        // Tensor-core path: Qwen3-0.6B's heads, then the other head sizes and GQA ratios.
+        // Qwen3-0.6B's heads, then the other head sizes and GQA ratios: decode steps of
+        // head_dim 64 and 128 with groups 1, 2 and 4 run the decode kernel, the others and
+        // every mixed step the tensor-core tiles.
         Case{{16, 8, 128, DType::BF16}, false}, Case{{16, 8, 128, DType::BF16}, true},
         Case{{8, 2, 64, DType::BF16}, false}, Case{{8, 2, 64, DType::BF16}, true},
+        Case{{4, 4, 128, DType::BF16}, true}, Case{{8, 2, 128, DType::BF16}, true},
+        Case{{4, 2, 64, DType::BF16}, true}, Case{{16, 8, 128, DType::BF16, 32}, true},
         Case{{4, 4, 32, DType::BF16}, false}, Case{{4, 1, 16, DType::BF16}, false},
         Case{{4, 1, 16, DType::BF16}, true},
         // A GQA group wider than a block's 16 (decode) or 64 (prefill) rows; another block size.
@@ -374,6 +378,27 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{4, 2, 40, DType::BF16}, false}, Case{{4, 1, 16, DType::F32}, false},
         Case{{8, 2, 64, DType::F32}, true}, Case{{4, 2, 128, DType::F32}, false}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// A decode step of more sequences than the decode kernel splits (B·kv_heads blocks fill
+// the device), contexts from 1 to 700 tokens in one batch, as the engine's steps have.
+TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Shape shape{16, 8, 128, DType::BF16};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> context(1, 700);
+  std::vector<SequenceSpec> specs(96);
+  for (SequenceSpec& spec : specs) spec = {context(rng), 1};
+  const Problem problem = make_problem(shape, specs, blocks_for(specs, 16) + 7, 700 / 16 + 2, seed);
+
+  DeviceStep gpu(problem);
+  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), problem.tokens, problem.sequences,
+                               "test.paged_attention");
+  gpu.run(attention, shape.heads, shape.kv_heads);
+  check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+  expect_matches_cpu(gpu, problem, "96 decode sequences");
+}
 
 // A CUDA graph of store + attend, captured once, replayed after new contents are written
 // into the same device tensors: other contexts (short ones, then long ones that split

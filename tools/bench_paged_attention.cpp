@@ -1,16 +1,18 @@
 // Speed of the rollout engine's decode attention (kernels/paged_attention.cu) at
 // Qwen3-0.6B's shape: 16 query heads, 8 kv heads, head_dim 128, BF16, blocks of 16 tokens
-// handed out in a shuffled order, every sequence at the same context.
+// handed out in a shuffled order.
 //
 //   ./build/bench_paged_attention                      # the standard table below
 //   ./build/bench_paged_attention --batch 64 --context 2048 [--heads 16] [--kv-heads 8]
 //       [--head-dim 128] [--block-size 16] [--layers 28] [--repeat 20]
+//   ./build/bench_paged_attention --batch 256 --context 64-448   # contexts drawn uniformly
 //
-// Standard table: batch 64 and 256 at contexts 256 and 512, and batch 64 at 2048.
-// One layer-call is attend for one layer's cache (store is timed apart). The calls cycle
-// through `layers` caches, as a model's layers do, so that the KV read comes from HBM and
-// not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
-// times. Bandwidth counts the K and V rows read once (batch × context × 2 × kv_width ×
+// Standard table: batch 256 at contexts 128, 256 and 512 and at contexts spread over
+// 64..448 (as an engine's batch is), batch 64 at 256, 512 and 2048, and batch 8 at 2048
+// (few sequences: split-K). One layer-call is attend for one layer's cache (store is
+// timed apart). The calls cycle through `layers` caches, as a model's layers do, so that
+// the KV read comes from HBM and not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
+// times. Bandwidth counts the K and V rows read once (the contexts' sum × 2 × kv_width ×
 // 2 bytes); the H200's HBM3e peaks at about 4.8 TB/s.
 #include <cstdio>
 #include <cstdlib>
@@ -34,14 +36,18 @@
 
 namespace {
 
+struct Run {
+  int batch, min_context, max_context;  // contexts drawn uniformly from [min, max]
+};
+
 struct Options {
-  std::vector<int> batches, contexts;  // one run per (batch, context) pair
+  std::vector<Run> runs;
   int heads = 16, kv_heads = 8, head_dim = 128, block_size = 16, layers = 28, repeat = 20;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
-               "bench_paged_attention: %s\nusage: bench_paged_attention [--batch B --context C] [--heads H] "
+               "bench_paged_attention: %s\nusage: bench_paged_attention [--batch B --context C|LO-HI] [--heads H] "
                "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R]\n",
                problem.c_str());
   std::exit(2);
@@ -49,15 +55,25 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  int batch = 0, context = 0;
+  int batch = 0, min_context = 0, max_context = 0;
+  const auto positive = [](const std::string& flag, const std::string& value) {
+    const int n = std::atoi(value.c_str());
+    if (n < 1 || std::to_string(n) != value) usage(flag + " must be a positive integer, got '" + value + "'");
+    return n;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string value = argv[++i];
-    const int n = std::atoi(value.c_str());
-    if (n < 1) usage(flag + " must be a positive integer, got '" + value + "'");
+    if (flag == "--context") {
+      const size_t dash = value.find('-');
+      min_context = positive(flag, value.substr(0, dash));
+      max_context = dash == std::string::npos ? min_context : positive(flag, value.substr(dash + 1));
+      if (max_context < min_context) usage("--context LO-HI needs LO <= HI, got '" + value + "'");
+      continue;
+    }
+    const int n = positive(flag, value);
     if (flag == "--batch") batch = n;
-    else if (flag == "--context") context = n;
     else if (flag == "--heads") options.heads = n;
     else if (flag == "--kv-heads") options.kv_heads = n;
     else if (flag == "--head-dim") options.head_dim = n;
@@ -66,14 +82,11 @@ Options parse(int argc, char** argv) {
     else if (flag == "--repeat") options.repeat = n;
     else usage("unknown option '" + flag + "'");
   }
-  if ((batch == 0) != (context == 0)) usage("--batch and --context go together");
-  if (batch) {
-    options.batches = {batch};
-    options.contexts = {context};
-  } else {
-    options.batches = {64, 64, 64, 256, 256};
-    options.contexts = {256, 512, 2048, 256, 512};
-  }
+  if ((batch == 0) != (min_context == 0)) usage("--batch and --context go together");
+  if (batch) options.runs = {{batch, min_context, max_context}};
+  else
+    options.runs = {{256, 128, 128}, {256, 256, 256}, {256, 512, 512}, {256, 64, 448},
+                    {64, 256, 256},  {64, 512, 512},  {64, 2048, 2048}, {8, 2048, 2048}};
   return options;
 }
 
@@ -149,27 +162,37 @@ double microseconds_per_call(cudaStream_t stream, int calls_per_step, int repeat
   return 1e3 * ms / (static_cast<double>(repeat) * calls_per_step);
 }
 
-void run(const Options& o, int batch, int context, cudaStream_t stream) {
-  const int64_t B = batch, kv_width = static_cast<int64_t>(o.kv_heads) * o.head_dim;
+void run(const Options& o, const Run& r, cudaStream_t stream) {
+  const int64_t B = r.batch, kv_width = static_cast<int64_t>(o.kv_heads) * o.head_dim;
   const int64_t q_width = static_cast<int64_t>(o.heads) * o.head_dim;
-  const int64_t blocks_per_sequence = (context + o.block_size - 1) / o.block_size, blocks = B * blocks_per_sequence;
-  const int64_t rows = blocks * o.block_size;
+  const int64_t max_blocks = (r.max_context + o.block_size - 1) / o.block_size;
   std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> draw(r.min_context, r.max_context);
+  std::vector<int32_t> lengths(B);
+  int64_t blocks = 0, keys_read = 0;
+  for (int32_t& length : lengths) {
+    length = draw(rng);
+    blocks += (length + o.block_size - 1) / o.block_size;
+    keys_read += length;
+  }
+  const int64_t rows = blocks * o.block_size;
   DeviceMemory memory;
 
   // Every sequence's blocks scattered over the cache; this step's token is its last one.
-  std::vector<int32_t> order(blocks), slots(B), cu(B + 1), lengths(B, context);
+  std::vector<int32_t> order(blocks), tables(B * max_blocks, 0), slots(B), cu(B + 1);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0, next = 0; b < B; ++b) {
     cu[b] = static_cast<int32_t>(b);
-    const int32_t last = order[b * blocks_per_sequence + (context - 1) / o.block_size];
-    slots[b] = last * o.block_size + (context - 1) % o.block_size;
+    const int32_t* own = order.data() + next;
+    std::copy(own, own + (lengths[b] + o.block_size - 1) / o.block_size, tables.begin() + b * max_blocks);
+    next += (lengths[b] + o.block_size - 1) / o.block_size;
+    slots[b] = own[(lengths[b] - 1) / o.block_size] * o.block_size + (lengths[b] - 1) % o.block_size;
   }
   cu[B] = static_cast<int32_t>(B);
   const PagedBatch paged{memory.upload(DType::I32, {B}, slots), memory.upload(DType::I32, {B + 1}, cu),
-                         memory.upload(DType::I32, {B}, lengths),
-                         memory.upload(DType::I32, {B, blocks_per_sequence}, order), o.block_size};
+                         memory.upload(DType::I32, {B}, lengths), memory.upload(DType::I32, {B, max_blocks}, tables),
+                         o.block_size};
   const Tensor q = memory.upload(DType::BF16, {B, q_width}, random_bf16(B * q_width, rng));
   const Tensor k = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
   const Tensor v = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
@@ -192,10 +215,13 @@ void run(const Options& o, int batch, int context, cudaStream_t stream) {
   const double store_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
     for (int l = 0; l < o.layers; ++l) attention.store(keys[l], values[l], k, v, paged.slots);
   });
-  const double bytes = static_cast<double>(B) * context * 2 * kv_width * 2;
+  const double bytes = static_cast<double>(keys_read) * 2 * kv_width * 2;
   const double gb_per_s = bytes / attend_us / 1e3;
-  std::printf("batch %4d  context %5d  attend %8.2f us/layer  %7.0f GB/s (%4.1f%% of 4800)  store %6.2f us/layer\n",
-              batch, context, attend_us, gb_per_s, gb_per_s / 48, store_us);
+  const std::string contexts = r.min_context == r.max_context
+                                   ? std::to_string(r.min_context)
+                                   : std::to_string(r.min_context) + "-" + std::to_string(r.max_context);
+  std::printf("batch %4d  context %9s  attend %8.2f us/layer  %7.0f GB/s (%4.1f%% of 4800)  store %6.2f us/layer\n",
+              r.batch, contexts.c_str(), attend_us, gb_per_s, gb_per_s / 48, store_us);
 }
 
 }  // namespace
@@ -214,7 +240,7 @@ int main(int argc, char** argv) {
                 props.name, options.heads, options.kv_heads, options.head_dim, options.block_size, options.layers);
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (size_t i = 0; i < options.batches.size(); ++i) run(options, options.batches[i], options.contexts[i], stream);
+    for (const Run& r : options.runs) run(options, r, stream);
     cudaStreamDestroy(stream);
     return 0;
   } catch (const std::exception& e) {

@@ -262,7 +262,11 @@ __device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double 
   }
   if (top_p < 1) {
     const double target = static_cast<double>(top_p) * kept_mass;
-    const Threshold p = search(row, at.key, Need{true, target});
+    // The last token kept outweighs (1 - top_p) * kept mass / k: it and the tokens after it
+    // hold more than that mass. Half that bound starts the bracket, so the first pass
+    // already skips most tokens before expf.
+    const float floor = static_cast<float>(0.5 * (1.0 - top_p) * kept_mass / static_cast<double>(k));
+    const Threshold p = search(row, max(at.key, __float_as_uint(floor)), Need{true, target});
     const double allowed = k < row.V && p.key == at.key ? kept_ties : p.ties;
     const double w = __uint_as_float(p.key);
     kept_ties = w > 0 ? fmin(fmax(ceil((target - p.mass_above) / w), 1.0), allowed) : allowed;

@@ -14,6 +14,8 @@ constexpr int kThreads = 256;
 // The backward pass writes one row of weight-gradient partials per block: enough blocks
 // to fill the GPU, few enough that the partials stay small next to the activations.
 constexpr int64_t kMaxPartials = 512;
+// Blocks that keep every SM of a large GPU (132 on an H200) busy.
+constexpr int64_t kBusyBlocks = 256;
 
 // Both passes give each row to a team of S lanes (a power of two; part of a warp, or whole
 // warps for wide rows) that holds the row in registers: lane i of a team owns packs i,
@@ -46,24 +48,26 @@ __device__ inline float team_sum(float v, float* warp_sums) {
 }
 
 // One row per team: the team reads its row once into registers, sums its squares, and
-// writes the normalised row from those registers.
+// writes the normalised row from those registers. The block holds blockDim.x / S teams
+// (fewer than kTeamsPerBlock when rows are few, so that they spread over every SM).
 template <class T, int N, int S>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns, float eps) {
-  constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
+  constexpr int L = kPacksPerLane<N>;
   using P = Pack<T, N>;
-  __shared__ float warp_sums[teams * S / 32];
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * teams + threadIdx.x / S;
+  __shared__ float warp_sums[kTeamsPerBlock<S> * S / 32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / S) + threadIdx.x / S;
   const int lane = threadIdx.x % S;
   const int packs = columns / N;
   const bool valid = row < rows;
   const P* xr = reinterpret_cast<const P*>(x + row * columns);
-  P v[L];
+  P v[L], w[L];
   float sum = 0;
 #pragma unroll
   for (int j = 0; j < L; ++j) {
     if (!valid || lane + j * S >= packs) continue;
     v[j] = xr[lane + j * S];
+    w[j] = reinterpret_cast<const P*>(weight)[lane + j * S];  // loaded now, its latency hidden by the sum
 #pragma unroll
     for (int k = 0; k < N; ++k) sum += to_float(v[j].v[k]) * to_float(v[j].v[k]);
   }
@@ -75,10 +79,9 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
 #pragma unroll
   for (int j = 0; j < L; ++j) {
     if (lane + j * S >= packs) continue;
-    const P w = reinterpret_cast<const P*>(weight)[lane + j * S];
     P y;
 #pragma unroll
-    for (int k = 0; k < N; ++k) y.v[k] = from_float<T>(to_float(w.v[k]) * (to_float(v[j].v[k]) * r));
+    for (int k = 0; k < N; ++k) y.v[k] = from_float<T>(to_float(w[j].v[k]) * (to_float(v[j].v[k]) * r));
     yr[lane + j * S] = y;
   }
 }
@@ -213,7 +216,11 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, con
       constexpr int P = decltype(pack)::value;
       constexpr int L = kPacksPerLane<P>;
       with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
-        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
+        constexpr int S = decltype(team)::value;
+        // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp or a
+        // team, until there are enough to occupy every SM.
+        int teams = kTeamsPerBlock<S>;
+        while ((N + teams - 1) / teams < kBusyBlocks && (teams / 2) * S >= 32) teams /= 2;
         rmsnorm_forward_kernel<E, P, S><<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
             out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D), eps);
       });

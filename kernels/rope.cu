@@ -8,13 +8,16 @@ namespace tandem::cuda {
 namespace {
 
 // A thread's angles serve this many heads of its token: an accurate sincosf per rotated
-// pair would cost about as much time as moving the pair through memory.
+// pair would cost about as much time as moving the pair through memory. Unless tokens
+// are too few (decode) to occupy the GPU that way: then one head per thread.
 constexpr int kHeadsPerThread = 4;
+constexpr int64_t kBusyThreads = int64_t{1} << 17;
 
-// Thread (token t, pack of N frequencies starting at i, blockIdx.y's group of heads).
+// Thread (token t, pack of N frequencies starting at i, blockIdx.y's group of
+// heads_per_thread heads).
 template <class T, int N>
 __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int heads, int half,
-                            float direction) {
+                            int heads_per_thread, float direction) {
   const int packs = half / N;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= tokens * packs) return;
@@ -28,8 +31,8 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
     sincosf(position * inv_freq[i + k], &sines[k], &cosines[k]);
     sines[k] *= direction;
   }
-  const int first_head = blockIdx.y * kHeadsPerThread;
-  const int last_head = min(heads, first_head + kHeadsPerThread);
+  const int first_head = blockIdx.y * heads_per_thread;
+  const int last_head = min(heads, first_head + heads_per_thread);
   for (int h = first_head; h < last_head; ++h) {
     T* head = x + (t * heads + h) * (2 * half);
     float x1[N], x2[N], y1[N], y2[N];
@@ -58,13 +61,14 @@ void rope_rotate(const Tensor& x, const Tensor& positions, const Tensor& inv_fre
   if (T == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
-    constexpr int kThreads = 256;
+    constexpr int kThreads = 128;
     auto launch = [&](auto kernel, int per_thread) {
       const int64_t items = T * (half / per_thread);
+      const int group = items * ((heads + kHeadsPerThread - 1) / kHeadsPerThread) >= kBusyThreads ? kHeadsPerThread : 1;
       const dim3 grid(static_cast<unsigned>((items + kThreads - 1) / kThreads),
-                      static_cast<unsigned>((heads + kHeadsPerThread - 1) / kHeadsPerThread));
+                      static_cast<unsigned>((heads + group - 1) / group));
       kernel<<<grid, kThreads, 0, stream>>>(x.ptr<E>(), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads, half,
-                                            direction);
+                                            group, direction);
     };
     // Every head starts a multiple of head_dim = 2·half elements in, so packs of N line
     // up with 16 bytes whenever half is a multiple of N and x itself is aligned.

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -32,15 +33,36 @@ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); 
 __device__ inline int lane_id() { return threadIdx.x % 32; }
 __device__ inline int warp_id() { return threadIdx.x / 32; }
 
+// Rows are read in packs of kPerLane consecutive tokens, one 16-byte access for BF16.
+template <class T>
+struct alignas(16) Pack {
+  T v[kPerLane];
+};
+
 template <class T>
 struct Row {
   const T* x;
   int64_t V;
   float temperature;  // 1 when greedy
   float max;          // of z = x / temperature
+  bool packed;        // the row's packs are 16-byte aligned
   // Divided, not multiplied by 1/T, and expf, not __expf: the CPU twin's arithmetic.
   __device__ float z(int64_t i) const { return to_float(x[i]) / temperature; }
   __device__ float weight(int64_t i) const { return expf(z(i) - max); }
+  // z of tokens [i, i + kPerLane), -inf past the row's end.
+  __device__ void load_z(int64_t i, float (&out)[kPerLane]) const {
+    if (packed && i + kPerLane <= V) {
+      const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(x + i);
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) out[e] = to_float(pack.v[e]) / temperature;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) out[e] = i + e < V ? z(i + e) : -INFINITY;
+    }
+  }
+  // Below this z, expf(z - max) is surely under the weight w: the margin covers the
+  // rounding of expf, logf and the subtraction, so tokens can be skipped before expf.
+  __device__ float z_floor(float w) const { return w > 0 ? max + logf(w) - 1e-3f : -INFINITY; }
 };
 
 // The tokens kept after truncation: weight bits above `key`, and those equal to it up to
@@ -79,34 +101,48 @@ __device__ double warp_inclusive_scan(double v) {
   return v;
 }
 
-struct Best {
-  float max;       // of z
-  int64_t index;   // first index holding it
-  double mass;     // sum of exp(z - max), FP32 terms: only to size top_p's target
-  bool bad;        // a NaN or +inf, or nothing above -inf
+// What the first kernel finds in each tile of kTile tokens of a row, for the second to
+// combine: max and first argmax of z, and the FP64 sum of expf(z - tile max), which the
+// second rescales to the row's max (the same weights up to the last bit of each term).
+constexpr int kTile = kThreads * kPerLane;
+constexpr int64_t kMaxTiles = kMaxVocab / kTile;
+static_assert(kMaxTiles <= kThreads, "one thread per tile combines a row");
+struct TileStats {
+  double mass;
+  float max;
+  int32_t first;  // V when the tile holds nothing above -inf
+  int32_t bad;    // a NaN or +inf
 };
 
-// Pass 1: max and first argmax of z, with an online sum of exp(z - max).
+// Grid (tiles, B): thread t of a tile owns its tokens [kPerLane t, kPerLane (t + 1)).
+// Many CTAs per row, so reading the logits runs at the bandwidth of the whole GPU.
 template <class T>
-__device__ Best row_max(const Row<T>& row) {
-  float m = -INFINITY, s = 0.f;
-  int64_t index = row.V;
+__global__ void __launch_bounds__(kThreads)
+    tile_stats_kernel(TileStats* stats, const T* logits, int64_t V, bool packed, const float* temperatures) {
+  const int64_t r = blockIdx.y;
+  const float temperature = temperatures[r];
+  const Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x * kPerLane;
+  float z[kPerLane];
+  row.load_z(start, z);
+  float m = -INFINITY;
+  int64_t index = V;
   int bad = 0;
-  for (int64_t i = threadIdx.x; i < row.V; i += kThreads) {
-    const float z = row.z(i);
-    bad |= isnan(z) || z == INFINITY;
-    if (z > m) {
-      s = s * expf(m - z) + 1.f;
-      m = z, index = i;
-    } else if (z > -INFINITY) {
-      s += expf(z - m);
-    }
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    bad |= isnan(z[e]) || z[e] == INFINITY;
+    if (z[e] > m) m = z[e], index = start + e;
   }
   bad = __syncthreads_or(bad);
   const float max = block_reduce(m, [](float a, float b) { return fmaxf(a, b); });
-  const int64_t first = block_reduce(m == max ? index : row.V, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  const double mass = block_sum(max == -INFINITY ? 0.0 : s * expf(m - max));
-  return {max, first, mass, bad != 0 || first == row.V};
+  const int64_t first = block_reduce(m == max ? index : V, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  double mass = 0;
+  if (max > -INFINITY)
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) mass += expf(z[e] - max);
+  mass = block_sum(mass);
+  if (threadIdx.x == 0)
+    stats[r * kMaxTiles + blockIdx.x] = {mass, max, static_cast<int32_t>(first), bad};
 }
 
 // The weight bits of the last token kept, in the CPU's order, when keeping tokens while
@@ -135,15 +171,22 @@ __device__ Threshold search(const Row<T>& row, uint32_t lo, Need need) {
     // count[j], mass[j]: tokens with bits in [lo + j * step, hi), this thread's share.
     float count[kBuckets] = {}, mass[kBuckets] = {};
     uint32_t low_key = UINT32_MAX, high_key = 0;
-    for (int64_t i = threadIdx.x; i < row.V; i += kThreads) {
-      const float w = row.weight(i);
-      const uint32_t key = __float_as_uint(w);
-      if (key < lo || key >= hi) continue;
-      low_key = min(low_key, key), high_key = max(high_key, key);
-      const uint32_t bucket = (key - lo) / step;
+    const float z_floor = row.z_floor(__uint_as_float(lo));
+    for (int64_t i = threadIdx.x * kPerLane; i < row.V; i += kThreads * kPerLane) {
+      float z[kPerLane];
+      row.load_z(i, z);
 #pragma unroll
-      for (int j = 0; j < kBuckets; ++j)
-        if (j <= bucket) count[j] += 1.f, mass[j] += w;
+      for (int e = 0; e < kPerLane; ++e) {
+        if (z[e] < z_floor) continue;  // most tokens, once the bracket has narrowed
+        const float w = expf(z[e] - row.max);
+        const uint32_t key = __float_as_uint(w);
+        if (key < lo || key >= hi) continue;
+        low_key = min(low_key, key), high_key = max(high_key, key);
+        const uint32_t bucket = (key - lo) / step;
+#pragma unroll
+        for (int j = 0; j < kBuckets; ++j)
+          if (j <= bucket) count[j] += 1.f, mass[j] += w;
+      }
     }
 #pragma unroll
     for (int j = 0; j < kBuckets; ++j) {
@@ -219,7 +262,11 @@ __device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double 
   }
   if (top_p < 1) {
     const double target = static_cast<double>(top_p) * kept_mass;
-    const Threshold p = search(row, at.key, Need{true, target});
+    // The last token kept outweighs (1 - top_p) * kept mass / k: it and the tokens after it
+    // hold more than that mass. Half that bound starts the bracket, so the first pass
+    // already skips most tokens before expf.
+    const float floor = static_cast<float>(0.5 * (1.0 - top_p) * kept_mass / static_cast<double>(k));
+    const Threshold p = search(row, max(at.key, __float_as_uint(floor)), Need{true, target});
     const double allowed = k < row.V && p.key == at.key ? kept_ties : p.ties;
     const double w = __uint_as_float(p.key);
     kept_ties = w > 0 ? fmin(fmax(ceil((target - p.mass_above) / w), 1.0), allowed) : allowed;
@@ -229,79 +276,92 @@ __device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double 
   return {at.key, n < static_cast<int64_t>(at.ties) ? nth_tie(row, at.key, n) : row.V};
 }
 
-// Final pass: the FP64 sum of the kept weights of every chunk, into `chunk_mass`; returns
-// the sum of all weights (for the log-prob).
+// The FP64 sums of the kept weights of chunks [first, first + chunks), into chunk_mass;
+// returns their total.
 template <class T>
-__device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int64_t chunks) {
-  double all = 0;
+__device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int64_t first, int64_t chunks) {
+  const float z_floor = row.z_floor(__uint_as_float(cut.key));
+  double total = 0;
   for (int64_t c = warp_id(); c < chunks; c += kWarps) {
+    const int64_t start = (first + c) * kChunk + lane_id() * kPerLane;
+    float z[kPerLane];
+    row.load_z(start, z);
     double kept = 0;
-    const int64_t start = c * kChunk + lane_id() * kPerLane;
-    for (int64_t i = start; i < start + kPerLane && i < row.V; ++i) {
-      const float w = row.weight(i);
-      all += w;
-      if (cut.keeps(i, w)) kept += w;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      if (z[e] < z_floor) continue;
+      const float w = expf(z[e] - row.max);
+      if (cut.keeps(start + e, w)) kept += w;
     }
     for (int offset = 16; offset > 0; offset >>= 1) kept += __shfl_xor_sync(kAll, kept, offset);
     if (lane_id() == 0) chunk_mass[c] = kept;
+    total += kept;  // the same in every lane of the warp
   }
-  return block_sum(all);  // its barrier publishes chunk_mass
+  if (lane_id() != 0) total = 0;
+  return block_sum(total);  // its barrier publishes chunk_mass
 }
 
-// The first kept token, in index order, whose running sum of weights passes u times the
-// kept sum; the last kept token with weight when rounding leaves the target out of reach.
-template <class T>
-__device__ int64_t pick(const Row<T>& row, Cut cut, float u, const double* chunk_mass, int64_t chunks) {
+struct Located {
+  int64_t index;  // of the entry where the running sum passes the target
+  double start;   // the running sum before it
+  bool reached;   // false: rounding left the target out of reach, index is the last entry with mass
+};
+
+// Walks mass[0, n) in order from `start`: the first entry with mass whose running sum
+// passes `target`, or failing that the last entry with mass.
+__device__ Located locate(const double* mass, int64_t n, double start, double target) {
   __shared__ double warp_mass[kWarps];
-  __shared__ double chunk_start;
-  __shared__ int64_t chosen;
-  // Each thread owns a run of consecutive chunks; a block scan gives where each run starts.
-  const int64_t per_thread = (chunks + kThreads - 1) / kThreads;
-  const int64_t first = min(threadIdx.x * per_thread, chunks), end = min(first + per_thread, chunks);
+  __shared__ double hit_start;
+  // Each thread owns a run of consecutive entries; a block scan gives where each run starts.
+  const int64_t per_thread = (n + kThreads - 1) / kThreads;
+  const int64_t first = min(threadIdx.x * per_thread, n), end = min(first + per_thread, n);
   double own = 0;
-  for (int64_t c = first; c < end; ++c) own += chunk_mass[c];
+  for (int64_t c = first; c < end; ++c) own += mass[c];
   const double inclusive = warp_inclusive_scan(own);
   if (lane_id() == 31) warp_mass[warp_id()] = inclusive;
   __syncthreads();
-  double running = inclusive - own, total = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    if (w < warp_id()) running += warp_mass[w];
-    total += warp_mass[w];
-  }
-  const double target = static_cast<double>(u) * total;
-  int64_t hit = chunks, last = -1;
-  double hit_start = 0;
+  double running = start + inclusive - own;
+  for (int w = 0; w < warp_id(); ++w) running += warp_mass[w];
+  int64_t hit = n, last = -1;
+  double at = 0;
   for (int64_t c = first; c < end; ++c) {
-    if (chunk_mass[c] <= 0) continue;
+    if (mass[c] <= 0) continue;
     last = c;
-    if (hit == chunks && running + chunk_mass[c] > target) hit = c, hit_start = running;
-    running += chunk_mass[c];
+    if (hit == n && running + mass[c] > target) hit = c, at = running;
+    running += mass[c];
   }
-  const int64_t hit_chunk = block_reduce(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  const int64_t last_chunk = block_reduce(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
-  if (hit == hit_chunk && hit < chunks) chunk_start = hit_start;
+  const int64_t hit_index = block_reduce(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  const int64_t last_index = block_reduce(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
+  if (hit == hit_index && hit < n) hit_start = at;
   __syncthreads();
+  const Located located = hit_index < n ? Located{hit_index, hit_start, true} : Located{last_index, 0, false};
+  __syncthreads();  // hit_start is rewritten by the next call
+  return located;
+}
 
+// Inside one chunk: the first kept token whose running sum (from chunk.start) passes
+// `target`, or, when the chunk was not reached, its last kept token with weight.
+template <class T>
+__device__ int64_t pick_in_chunk(const Row<T>& row, Cut cut, Located chunk, double target) {
+  __shared__ int64_t chosen;
   if (warp_id() == 0) {
-    const bool reached = hit_chunk < chunks;
-    const int64_t c = reached ? hit_chunk : last_chunk;
-    const int64_t start = c * kChunk + lane_id() * kPerLane;
+    const int64_t start = chunk.index * kChunk + lane_id() * kPerLane;
     float w[kPerLane];
+    row.load_z(start, w);
     double lane_mass = 0;
     for (int e = 0; e < kPerLane; ++e) {
-      const int64_t i = start + e;
-      w[e] = i < row.V ? row.weight(i) : 0.f;
-      if (!cut.keeps(i, w[e])) w[e] = 0.f;
+      w[e] = expf(w[e] - row.max);
+      if (!cut.keeps(start + e, w[e])) w[e] = 0.f;
       lane_mass += w[e];
     }
     const double lane_end = warp_inclusive_scan(lane_mass);
-    double sum = (reached ? chunk_start : 0.0) + lane_end - lane_mass;
+    double sum = chunk.start + lane_end - lane_mass;
     int64_t lane_hit = -1, lane_last = -1;
     for (int e = 0; e < kPerLane; ++e) {
       if (w[e] <= 0) continue;
       lane_last = start + e;
       sum += w[e];
-      if (reached && lane_hit < 0 && sum > target) lane_hit = start + e;
+      if (chunk.reached && lane_hit < 0 && sum > target) lane_hit = start + e;
     }
     const unsigned hits = __ballot_sync(kAll, lane_hit >= 0);
     int64_t id = __shfl_sync(kAll, lane_hit, hits ? __ffs(hits) - 1 : 0);
@@ -312,25 +372,59 @@ __device__ int64_t pick(const Row<T>& row, Cut cut, float u, const double* chunk
   return chosen;
 }
 
+// One CTA per row, after tile_stats_kernel: combines the row's tiles (max, argmax, the
+// sum of all weights), which settles a greedy row. A full-vocabulary draw finds its tile
+// from the rescaled tile sums, then its chunk from that tile's exact sums, then its token.
+// A truncated draw finds its cut with passes over the row, then sums the kept weights of
+// every chunk.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(int32_t* ids, float* logprobs, const T* logits, int64_t V, const float* temperatures,
-                  const int32_t* top_ks, const float* top_ps, const float* uniforms) {
+    sample_kernel(int32_t* ids, float* logprobs, const TileStats* stats, const T* logits, int64_t V, bool packed,
+                  const float* temperatures, const int32_t* top_ks, const float* top_ps, const float* uniforms) {
   extern __shared__ double chunk_mass[];
+  __shared__ double tile_mass[kMaxTiles];
   const int64_t r = blockIdx.x;
   const float temperature = temperatures[r];
   const bool greedy = temperature == 0;
-  Row<T> row{logits + r * V, V, greedy ? 1.f : temperature, 0.f};
-  const Best best = row_max(row);
-  if (best.bad) {
+  Row<T> row{logits + r * V, V, greedy ? 1.f : temperature, 0.f, packed};
+  const int64_t tiles = (V + kTile - 1) / kTile;
+  const TileStats own = threadIdx.x < tiles ? stats[r * kMaxTiles + threadIdx.x] : TileStats{0, -INFINITY, 0, 0};
+  const bool bad = __syncthreads_or(own.bad);
+  row.max = block_reduce(own.max, [](float a, float b) { return fmaxf(a, b); });
+  const int64_t first =
+      block_reduce(threadIdx.x < tiles && own.max == row.max ? own.first : V, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  if (bad || first == V) {
     if (threadIdx.x == 0) ids[r] = -1, logprobs[r] = NAN;
     return;
   }
-  row.max = best.max;
-  const Cut cut = greedy ? Cut{0, V} : truncation(row, top_ks[r], top_ps[r], best.mass);
-  const int64_t chunks = (V + kChunk - 1) / kChunk;
-  const double all = sum_chunks(row, cut, chunk_mass, chunks);
-  const int64_t id = greedy ? best.index : pick(row, cut, uniforms[r], chunk_mass, chunks);
+  // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
+  // mass, or a draw could land in it and find no token there.
+  const double scaled = expf(own.max - row.max) > 0
+                            ? own.mass * exp(static_cast<double>(own.max) - static_cast<double>(row.max))
+                            : 0.0;
+  if (threadIdx.x < tiles) tile_mass[threadIdx.x] = scaled;
+  const double all = block_sum(scaled);  // its barrier publishes tile_mass
+  int64_t id = first;
+  if (!greedy) {
+    const Cut cut = truncation(row, top_ks[r], top_ps[r], all);
+    const float u = uniforms[r];
+    Located chunk;
+    double target;
+    if (cut.key == 0 && cut.last_tie == V) {  // every token kept: the tile sums serve
+      target = static_cast<double>(u) * all;
+      const Located tile = locate(tile_mass, tiles, 0.0, target);
+      const int64_t chunks = min(static_cast<int64_t>(kTile / kChunk), (V + kChunk - 1) / kChunk - tile.index * (kTile / kChunk));
+      sum_chunks(row, cut, chunk_mass, tile.index * (kTile / kChunk), chunks);
+      if (!tile.reached) target = INFINITY;
+      chunk = locate(chunk_mass, chunks, tile.start, target);
+      chunk.index += tile.index * (kTile / kChunk);
+    } else {
+      const int64_t chunks = (V + kChunk - 1) / kChunk;
+      target = static_cast<double>(u) * sum_chunks(row, cut, chunk_mass, 0, chunks);
+      chunk = locate(chunk_mass, chunks, 0.0, target);
+    }
+    id = pick_in_chunk(row, cut, chunk, target);
+  }
   if (threadIdx.x == 0) {
     ids[r] = static_cast<int32_t>(id);
     logprobs[r] = static_cast<float>(static_cast<double>(row.z(id) - row.max) - log(all));
@@ -339,8 +433,11 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+size_t sample_tokens_workspace_bytes(int64_t rows) { return static_cast<size_t>(rows * kMaxTiles) * sizeof(TileStats); }
+
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
-                   const Tensor& top_k, const Tensor& top_p, const Tensor& u, cudaStream_t stream) {
+                   const Tensor& top_k, const Tensor& top_p, const Tensor& u, const Tensor& workspace,
+                   cudaStream_t stream) {
   const char* op = "cuda::sample_tokens";
   check_op_arg(logits, op, "logits", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t B = logits.shape[0], V = logits.shape[1];
@@ -350,14 +447,26 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   check_op_arg(top_k, op, "top_k", Device::CUDA, {DType::I32}, {B});
   check_op_arg(top_p, op, "top_p", Device::CUDA, {DType::F32}, {B});
   check_op_arg(u, op, "u", Device::CUDA, {DType::F32}, {B});
+  check_op_arg(workspace, op, "workspace", Device::CUDA, {DType::U8}, {kAnyExtent});
   if (V > kMaxVocab)
     throw std::invalid_argument(std::string(op) + ": logits " + logits.describe() + " has a vocabulary over " +
                                 std::to_string(kMaxVocab) + " (the per-chunk sums must fit in shared memory)");
+  if (static_cast<size_t>(workspace.shape[0]) < sample_tokens_workspace_bytes(B) ||
+      reinterpret_cast<uintptr_t>(workspace.data) % alignof(TileStats) != 0)
+    throw std::invalid_argument(std::string(op) + ": workspace " + workspace.describe() + " is not " +
+                                std::to_string(sample_tokens_workspace_bytes(B)) + " aligned bytes for " +
+                                std::to_string(B) + " rows");
+  if (B == 0) return;
   const size_t shared = static_cast<size_t>((V + kChunk - 1) / kChunk) * sizeof(double);
+  const unsigned tiles = static_cast<unsigned>(std::max<int64_t>(1, (V + kTile - 1) / kTile));  // V = 0: a bad row
+  auto* stats = reinterpret_cast<TileStats*>(workspace.data);
   auto launch = [&](auto* data) {
+    const bool packed = reinterpret_cast<uintptr_t>(data) % 16 == 0 && V * sizeof(*data) % 16 == 0;
+    tile_stats_kernel<<<dim3(tiles, static_cast<unsigned>(B)), kThreads, 0, stream>>>(stats, data, V, packed,
+                                                                                       temperature.ptr<float>());
     sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
-        ids.ptr<int32_t>(), logprobs.ptr<float>(), data, V, temperature.ptr<float>(), top_k.ptr<int32_t>(),
-        top_p.ptr<float>(), u.ptr<float>());
+        ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, data, V, packed, temperature.ptr<float>(),
+        top_k.ptr<int32_t>(), top_p.ptr<float>(), u.ptr<float>());
   };
   if (logits.dtype == DType::BF16)
     launch(logits.ptr<const __nv_bfloat16>());

@@ -1,6 +1,6 @@
-// Token sampling on the GPU, one CTA per row, FP32 weights with FP64 sums: the twin of
-// the CPU Sampler (src/rollout/sampler.h), fed the same uniform numbers drawn on the host
-// from each request's own stream.
+// Token sampling on the GPU, FP32 weights with FP64 sums: the twin of the CPU Sampler
+// (src/rollout/sampler.h), fed the same uniform numbers drawn on the host from each
+// request's own stream.
 //
 //   temperature 0: argmax, lowest index on ties (as the CPU).
 //   otherwise, w = exp(logits/T - max), kept tokens chosen by inverse CDF in INDEX order:
@@ -16,6 +16,10 @@
 // logprobs = log softmax(logits/T)[id] over the full vocabulary (T = 1 when greedy).
 // A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
 //
+// Two kernels: the first reads the logits once with many CTAs per row (max, argmax and the
+// sum of weights of each tile of 4096 tokens, into the workspace); the second, one CTA
+// per row, combines the tiles, which settles greedy rows, and reads only the tile and chunk
+// a full-vocabulary draw lands in; truncated rows make their passes there.
 // No allocation, no synchronisation, launch configuration from (B, V) alone: the call can
 // be captured in a CUDA graph and replayed with new parameters in the same buffers.
 #pragma once
@@ -25,9 +29,14 @@
 
 namespace tandem::cuda {
 
+// Bytes of device workspace sample_tokens needs for up to `rows` rows (any vocabulary).
+size_t sample_tokens_workspace_bytes(int64_t rows);
+
 // ids I32 [B] and logprobs F32 [B] out; logits [B, V] BF16 or F32; per row: temperature
-// F32 (0 = greedy), top_k I32 (0 = off), top_p F32 (1 = off), u F32 in [0, 1).
+// F32 (0 = greedy), top_k I32 (0 = off), top_p F32 (1 = off), u F32 in [0, 1); workspace
+// U8 [>= sample_tokens_workspace_bytes(B)], 8-byte aligned, overwritten.
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
-                   const Tensor& top_k, const Tensor& top_p, const Tensor& u, cudaStream_t stream);
+                   const Tensor& top_k, const Tensor& top_p, const Tensor& u, const Tensor& workspace,
+                   cudaStream_t stream);
 
 }  // namespace tandem::cuda

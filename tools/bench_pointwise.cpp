@@ -3,10 +3,13 @@
 // against a device-to-device copy timed the same way (the H200's is about 4.3 TB/s,
 // read + write).
 //
-//   bench_pointwise [--dtype bf16|f32] [--tokens T] [--repeat R]
+//   bench_pointwise [--dtype bf16|f32] [--tokens T] [--repeat R] [--calls C]
 //
-// Defaults: bf16, T = 8192 tokens, R = 20. Each kernel runs 3 times to warm up, then R
-// times, each timed alone with CUDA events; the median is reported. Bytes are the least
+// Defaults: bf16, T = 8192 tokens, R = 20, C = 1. Each kernel runs 3 times to warm up,
+// then R times C calls, each group of C back to back timed with CUDA events; the median
+// per call is reported. Decode shapes (a step of 256 sequences: --tokens 256) take a few
+// microseconds a call, less than the launch and event overhead of a call timed alone, so
+// time them back to back as a replayed graph runs them: --tokens 256 --calls 100. Bytes are the least
 // traffic the op needs: each input read once, each output written once, and read too where
 // the op accumulates into it.
 #include <algorithm>
@@ -32,7 +35,7 @@
 namespace {
 
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr, "bench_pointwise: %s\nusage: bench_pointwise [--dtype bf16|f32] [--tokens T] [--repeat R]\n",
+  std::fprintf(stderr, "bench_pointwise: %s\nusage: bench_pointwise [--dtype bf16|f32] [--tokens T] [--repeat R] [--calls C]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -58,6 +61,7 @@ struct Options {
   DType dtype = DType::BF16;
   int64_t tokens = 8192;
   int repeat = 20;
+  int calls = 1;
 };
 
 Options parse(int argc, char** argv) {
@@ -72,6 +76,8 @@ Options parse(int argc, char** argv) {
       options.tokens = std::atoll(value.c_str());
     else if (flag == "--repeat" && std::atoi(value.c_str()) > 0)
       options.repeat = std::atoi(value.c_str());
+    else if (flag == "--calls" && std::atoi(value.c_str()) > 0)
+      options.calls = std::atoi(value.c_str());
     else
       usage("bad option " + flag + " " + value);
   }
@@ -102,7 +108,7 @@ class DeviceTensors {
   std::vector<void*> buffers_;
 };
 
-double median_seconds(const std::function<void()>& launch, int repeat) {
+double median_seconds(const std::function<void()>& launch, int repeat, int calls) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -110,12 +116,12 @@ double median_seconds(const std::function<void()>& launch, int repeat) {
   std::vector<double> seconds;
   for (int i = 0; i < repeat; ++i) {
     check(cudaEventRecord(start), "cudaEventRecord");
-    launch();
+    for (int c = 0; c < calls; ++c) launch();
     check(cudaEventRecord(stop), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    seconds.push_back(ms * 1e-3);
+    seconds.push_back(ms * 1e-3 / calls);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -125,11 +131,11 @@ double median_seconds(const std::function<void()>& launch, int repeat) {
 
 class Report {
  public:
-  explicit Report(int repeat) : repeat_(repeat) {
+  Report(int repeat, int calls) : repeat_(repeat), calls_(calls) {
     std::printf("%-22s %-20s %10s %9s %8s %8s\n", "kernel", "shape", "median us", "GB/s", "of copy", "of 4.3TB");
   }
   void run(const std::string& name, const std::string& shape, double bytes, const std::function<void()>& launch) {
-    const double seconds = median_seconds(launch, repeat_);
+    const double seconds = median_seconds(launch, repeat_, calls_);
     check(cudaGetLastError(), name.c_str());
     const double rate = bytes / seconds;
     if (copy_rate_ == 0) copy_rate_ = rate;
@@ -138,7 +144,7 @@ class Report {
   }
 
  private:
-  int repeat_;
+  int repeat_, calls_;
   double copy_rate_ = 0;  // the first row, the copy
 };
 
@@ -157,11 +163,11 @@ int main(int argc, char** argv) try {
   const double s = static_cast<double>(dtype_size(dtype));
   cudaDeviceProp props{};
   check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
-  std::printf("bench_pointwise: %s, %s data, %lld tokens, median of %d\n", props.name, dtype_name(dtype),
-              static_cast<long long>(T), options.repeat);
+  std::printf("bench_pointwise: %s, %s data, %lld tokens, median of %d groups of %d calls\n", props.name,
+              dtype_name(dtype), static_cast<long long>(T), options.repeat, options.calls);
 
   DeviceTensors gpu;
-  Report report(options.repeat);
+  Report report(options.repeat, options.calls);
 
   const int64_t copy_bytes = int64_t{1} << 28;
   const Tensor copy_src = gpu.make(DType::U8, {copy_bytes}), copy_dst = gpu.make(DType::U8, {copy_bytes});

@@ -48,6 +48,7 @@ class CudaSampler {
   int64_t max_rows_;
   void* host_ = nullptr;    // pinned, kFields * max_rows 4-byte entries
   void* device_ = nullptr;  // the same layout on the device
+  void* workspace_ = nullptr;  // cuda::sample_tokens' tile sums for max_rows rows
 };
 
 }  // namespace tandem

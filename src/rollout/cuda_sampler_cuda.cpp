@@ -24,9 +24,16 @@ CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
     cudaFreeHost(host_);
     check_cuda(status, "cudaMalloc of the per-row buffers");
   }
+  if (const cudaError_t status = cudaMalloc(&workspace_, cuda::sample_tokens_workspace_bytes(max_rows));
+      status != cudaSuccess) {
+    cudaFree(device_);
+    cudaFreeHost(host_);
+    check_cuda(status, "cudaMalloc of the sampling workspace");
+  }
 }
 
 CudaSampler::~CudaSampler() {
+  cudaFree(workspace_);
   cudaFree(device_);
   cudaFreeHost(host_);
 }
@@ -58,7 +65,10 @@ void CudaSampler::launch(const Tensor& logits, cudaStream_t stream) {
   const int64_t rows = logits.shape[0];
   cuda::sample_tokens(device(kIds, DType::I32, rows), device(kLogprobs, DType::F32, rows), logits,
                       device(kTemperature, DType::F32, rows), device(kTopK, DType::I32, rows),
-                      device(kTopP, DType::F32, rows), device(kUniform, DType::F32, rows), stream);
+                      device(kTopP, DType::F32, rows), device(kUniform, DType::F32, rows),
+                      Tensor::view(workspace_, DType::U8, Device::CUDA,
+                                   {static_cast<int64_t>(cuda::sample_tokens_workspace_bytes(max_rows_))}),
+                      stream);
   check_cuda(cudaMemcpyAsync(host<char>(kIds), static_cast<char*>(device_) + kIds * max_rows_ * 4,
                              (kFields - kIds) * max_rows_ * 4, cudaMemcpyDeviceToHost, stream),
              "copy of the sampled tokens");

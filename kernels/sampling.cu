@@ -119,10 +119,10 @@ struct TileStats {
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     tile_stats_kernel(TileStats* stats, const T* logits, int64_t V, bool packed, const float* temperatures) {
-  const int64_t r = blockIdx.y;
+  const int64_t r = blockIdx.x;  // rows on x: y and z stop at 65535
   const float temperature = temperatures[r];
   const Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
-  const int64_t start = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x * kPerLane;
+  const int64_t start = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.x * kPerLane;
   float z[kPerLane];
   row.load_z(start, z);
   float m = -INFINITY;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < kPerLane; ++e) mass += expf(z[e] - max);
   mass = block_sum(mass);
   if (threadIdx.x == 0)
-    stats[r * kMaxTiles + blockIdx.x] = {mass, max, static_cast<int32_t>(first), bad};
+    stats[r * kMaxTiles + blockIdx.y] = {mass, max, static_cast<int32_t>(first), bad};
 }
 
 // The weight bits of the last token kept, in the CPU's order, when keeping tokens while
@@ -462,7 +462,7 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   auto* stats = reinterpret_cast<TileStats*>(workspace.data);
   auto launch = [&](auto* data) {
     const bool packed = reinterpret_cast<uintptr_t>(data) % 16 == 0 && V * sizeof(*data) % 16 == 0;
-    tile_stats_kernel<<<dim3(tiles, static_cast<unsigned>(B)), kThreads, 0, stream>>>(stats, data, V, packed,
+    tile_stats_kernel<<<dim3(static_cast<unsigned>(B), tiles), kThreads, 0, stream>>>(stats, data, V, packed,
                                                                                        temperature.ptr<float>());
     sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
         ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, data, V, packed, temperature.ptr<float>(),

@@ -28,14 +28,8 @@ using tandem::testing::TinyModel;
 namespace {
 
 ModelConfig engine_config() {
-  ModelConfig config = tandem::testing::tiny_config(true, false, true);
-  config.hidden = 64;
-  config.heads = 4;
-  config.kv_heads = 2;
-  config.head_dim = 32;
-  config.intermediate = 96;
-  config.vocab = 384;
-  config.max_position = 256;
+  ModelConfig config = tandem::testing::gpu_sized(tandem::testing::tiny_config(true, false, true));
+  config.max_position = 256;  // room for the longest prompt and its completion
   return config;
 }
 

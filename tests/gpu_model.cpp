@@ -29,15 +29,7 @@ struct DeviceBuffer {
 };
 
 ModelConfig gpu_config(bool qk_norm, bool qkv_bias, bool tied) {
-  ModelConfig config = tandem::testing::tiny_config(qk_norm, qkv_bias, tied);
-  config.hidden = 64;
-  config.heads = 4;
-  config.kv_heads = 2;
-  config.head_dim = 32;
-  config.intermediate = 96;
-  config.vocab = 384;
-  config.max_position = 128;
-  return config;
+  return tandem::testing::gpu_sized(tandem::testing::tiny_config(qk_norm, qkv_bias, tied));
 }
 
 std::vector<float> host_floats(const Tensor& t) {

@@ -23,17 +23,7 @@ namespace {
 
 // The trainer tests' model with GPU-sized heads (32 dims: the tensor-core attention path
 // in BF16) and a vocabulary of more than one block of threads.
-ModelConfig gpu_config() {
-  ModelConfig config = tandem::testing::trainer_config();
-  config.hidden = 64;
-  config.heads = 4;
-  config.kv_heads = 2;
-  config.head_dim = 32;
-  config.intermediate = 96;
-  config.vocab = 384;
-  config.max_position = 128;
-  return config;
-}
+ModelConfig gpu_config() { return tandem::testing::gpu_sized(tandem::testing::trainer_config()); }
 
 struct DeviceBuffer {
   void* data = nullptr;

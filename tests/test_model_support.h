@@ -63,6 +63,19 @@ struct AlignedBuffer {
   std::unique_ptr<std::byte[], Free> data;
 };
 
+// The same tiny model at sizes the GPU kernels work with: head_dim 32 (their tiles) and a
+// vocabulary wider than one block of threads.
+inline ModelConfig gpu_sized(ModelConfig config) {
+  config.hidden = 64;
+  config.heads = 4;
+  config.kv_heads = 2;
+  config.head_dim = 32;
+  config.intermediate = 96;
+  config.vocab = 384;
+  config.max_position = 128;
+  return config;
+}
+
 struct TinyModel {
   TinyModel(const ModelConfig& model_config, ActivationCapacity capacity, uint32_t seed = 7)
       : config(model_config),

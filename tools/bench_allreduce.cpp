@@ -20,17 +20,12 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "bench_args.h"
 #include "world/world.h"
 
 using namespace tandem;
 
 namespace {
-
-int arg_int(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return fallback;
-}
 
 // GPU 0 -> GPU 1 over peer access, GB/s; 0 when this process does not see two GPUs.
 double peer_copy_gb_per_s(size_t bytes) {

@@ -19,6 +19,7 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "bench_args.h"
 #include "qwen3_0_6b.h"
 #include "rollout/engine.h"
 #include "tensor/bf16.h"
@@ -26,16 +27,6 @@
 #include "world/table.h"
 
 using namespace tandem;
-
-namespace {
-
-int arg_int(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return fallback;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const ModelConfig config = qwen3_0_6b_config(arg_int(argc, argv, "--layers", 28));

@@ -24,6 +24,7 @@
 #include "model/cuda_ops.h"
 #include "model/cross_entropy.h"
 #include "model/transformer.h"
+#include "bench_args.h"
 #include "qwen3_0_6b.h"
 #include "tensor/memory_pool.h"
 #include "world/table.h"
@@ -31,12 +32,6 @@
 using namespace tandem;
 
 namespace {
-
-int arg_int(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return fallback;
-}
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {

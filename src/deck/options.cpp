@@ -56,12 +56,13 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.entropy-coef", Double, "0", "", "weight of the entropy bonus", at_least(0)},
       {"grpo.std-normalisation", Bool, "true", "", "divide advantages by the group's reward std (false: Dr. GRPO)"},
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
-      {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
       {"grpo.dynamic-sampling", Bool, "false", "", "drop prompt groups whose rewards are all equal (zero advantage) and draw more prompts until the batch is full (DAPO)"},
       {"grpo.dynamic-sampling-rounds", Int, "4", "rounds", "most rounds of prompts-per-step prompts a step draws under dynamic sampling; short of a full batch after them, it tops up with flat groups and warns", at_least(1)},
 
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},
+
+      {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
 
       {"model.path", String, "", "", "Hugging Face model folder (config.json, safetensors, tokenizer.json), read at start-up, not by --check; empty = tandem creates a tiny random model from the sizes below"},
       {"model.layers", Int, "2", "", "transformer layers", between(1, 512)},

@@ -48,6 +48,9 @@ void CudaOps::copy_from_host(const Tensor& dst, const void* src) {
 
 void CudaOps::zero(const Tensor& dst) { cuda::zero(dst, stream_); }
 void CudaOps::copy(const Tensor& dst, const Tensor& src) { cuda::copy(dst, src, stream_); }
+void CudaOps::split_columns(const std::vector<Tensor>& parts, const Tensor& x) {
+  cuda::split_columns(parts, x, stream_);
+}
 
 void CudaOps::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   cuda::embedding_forward(out, table, ids, stream_);
@@ -86,6 +89,9 @@ void CudaOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
 }
 void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::swiglu_forward(out, gate, up, stream_);
+}
+void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+  cuda::swiglu_forward(out, gate_up, stream_);
 }
 void CudaOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                               const Tensor& up) {

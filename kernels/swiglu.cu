@@ -11,6 +11,7 @@ namespace {
 
 // Written as CpuOps writes it, so F32 results differ only by expf's last bits.
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ inline float swiglu(float gate, float up) { return gate * sigmoid(gate) * up; }
 
 template <class T>
 struct SwigluForward {
@@ -23,7 +24,27 @@ struct SwigluForward {
     load<M>(gate + i, g);
     load<M>(up + i, u);
 #pragma unroll
-    for (int k = 0; k < M; ++k) y[k] = g[k] * sigmoid(g[k]) * u[k];
+    for (int k = 0; k < M; ++k) y[k] = swiglu(g[k], u[k]);
+    store<M>(out + i, y);
+  }
+};
+
+// Over the elements of out [N, I]; row n of gate_up holds gate's row then up's. A pack
+// never crosses a row: packs are used only when I is a whole number of them.
+template <class T>
+struct SwigluStackedForward {
+  T* out;
+  const T* gate_up;
+  int64_t width;  // I
+  template <int M>
+  __device__ void apply(int64_t i) const {
+    const int64_t row = i / width;
+    const T* gate = gate_up + i + row * width;  // row * 2I + (i - row * I)
+    float g[M], u[M], y[M];
+    load<M>(gate, g);
+    load<M>(gate + width, u);
+#pragma unroll
+    for (int k = 0; k < M; ++k) y[k] = swiglu(g[k], u[k]);
     store<M>(out + i, y);
   }
 };
@@ -65,6 +86,21 @@ void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up, cud
     using T = decltype(tag);
     const SwigluForward<T> body{out.ptr<T>(), gate.ptr<T>(), up.ptr<T>()};
     launch_flat<T>(gate.numel(), aligned16(out.data, gate.data, up.data), body, stream, op);
+  });
+}
+
+void swiglu_forward(const Tensor& out, const Tensor& gate_up, cudaStream_t stream) {
+  constexpr const char* op = "cuda::swiglu_forward";
+  check_op_arg(gate_up, op, "gate_up", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
+  if (gate_up.shape[1] % 2 != 0)
+    throw std::invalid_argument(std::string(op) + ": argument 'gate_up' " + gate_up.describe() +
+                                " has an odd number of columns: no gate and up halves");
+  const int64_t I = gate_up.shape[1] / 2;
+  check_op_arg(out, op, "out", Device::CUDA, {gate_up.dtype}, {gate_up.shape[0], I});
+  dispatch_data(gate_up.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const SwigluStackedForward<T> body{out.ptr<T>(), gate_up.ptr<T>(), I};
+    launch_flat<T>(out.numel(), aligned16(out.data, gate_up.data) && I % kPack<T> == 0, body, stream, op);
   });
 }
 

@@ -1,4 +1,4 @@
-// The memory-bound CUDA kernels (embedding, rmsnorm, rope, swiglu, add, zero, copy)
+// The memory-bound CUDA kernels (embedding, rmsnorm, rope, swiglu, add, zero, copy, split)
 // against CpuOps on identical values: fresh random inputs every run (the seed is printed
 // with every failure), F32 and BF16 data, odd shapes that take the one-element paths,
 // gradients that accumulate over repeated calls, and argument checks.
@@ -11,7 +11,8 @@
 //   F32 statistics, weight   rtol 1e-5, atol 1e-5  (rstd, rmsnorm dweight: FP32 sums in
 //   gradients                                       another order, from either data dtype)
 //   exact                    embedding forward and backward (the backward adds in CpuOps's
-//                            order), add (BF16: against the rounded CPU sum), zero, copy
+//                            order), add (BF16: against the rounded CPU sum), zero, copy,
+//                            split_columns
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -456,6 +458,19 @@ TEST_F(GpuPointwise, SwigluForwardMatchesCpu) {
   }
 }
 
+// gate|up as one GEMM writes them: each row of [N, 2I] holds gate's row, then up's.
+TEST_F(GpuPointwise, SwigluOnStackedGateUpMatchesCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, I] : kFlatShapes) {
+      const Operand gate_up(dtype, {N, 2 * I}, with_extremes(normal(N * 2 * I, 0.0f, 3.0f)));
+      Operand out(dtype, {N, I}, normal(N * I));
+      cpu_.swiglu_forward(out.cpu(), gate_up.cpu());
+      cuda::swiglu_forward(out.gpu(), gate_up.gpu(), nullptr);
+      expect_close(out.download(), out.host(), data_tolerance(dtype), label("swiglu_forward stacked", dtype, {N, I}));
+    }
+  }
+}
+
 TEST_F(GpuPointwise, SwigluBackwardAccumulatesLikeCpu) {
   for (DType dtype : kDataTypes) {
     for (const auto& [N, I] : kFlatShapes) {
@@ -484,6 +499,10 @@ TEST_F(GpuPointwise, SwigluRefusesBadArguments) {
                  "cuda::swiglu_forward", "'out'");
   expect_refused([&] { cuda::swiglu_backward(a, device_view(DType::F32, {4, 96}), a, a, a, nullptr); },
                  "cuda::swiglu_backward", "'dup'");
+  expect_refused([&] { cuda::swiglu_forward(a, device_view(DType::BF16, {4, 95}), nullptr); },
+                 "cuda::swiglu_forward", "'gate_up'");
+  expect_refused([&] { cuda::swiglu_forward(a, device_view(DType::BF16, {4, 96}), nullptr); },
+                 "cuda::swiglu_forward", "'out'");
 }
 
 // out = a + b, rounded once to the data dtype: equal to the CPU sum rounded the same way.
@@ -513,6 +532,51 @@ TEST_F(GpuPointwise, ZeroAndCopyCoverWholeTensors) {
     cuda::zero(dst.gpu(), nullptr);
     expect_close(dst.download(), std::vector<float>(3 * 1001, 0.0f), kExact, label("zero", dtype, {3, 1001}));
   }
+}
+
+// q|k|v of Qwen3-0.6B and of the GPU-sized test model; widths that are whole packs in F32
+// but not in BF16, or in neither (the one-element path); four parts; one part.
+TEST_F(GpuPointwise, SplitColumnsCopiesEachBlockExactly) {
+  struct Split {
+    int64_t rows;
+    std::vector<int64_t> widths;
+  };
+  const Split splits[] = {{257, {2048, 1024, 1024}}, {3, {128, 64, 64}}, {5, {12, 4, 4}},
+                          {5, {7, 5, 9}},            {2, {16, 8, 8, 24}}, {4, {33}}};
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, widths] : splits) {
+      int64_t W = 0;
+      for (int64_t width : widths) W += width;
+      const Operand x(dtype, {N, W}, normal(N * W));
+      std::vector<std::unique_ptr<Operand>> parts;
+      std::vector<Tensor> cpu_parts, gpu_parts;
+      for (int64_t width : widths) {
+        parts.push_back(std::make_unique<Operand>(dtype, std::vector<int64_t>{N, width}, normal(N * width)));
+        cpu_parts.push_back(parts.back()->cpu());
+        gpu_parts.push_back(parts.back()->gpu());
+      }
+      cpu_.split_columns(cpu_parts, x.cpu());
+      cuda::split_columns(gpu_parts, x.gpu(), nullptr);
+      for (size_t p = 0; p < parts.size(); ++p)
+        expect_close(parts[p]->download(), parts[p]->host(), kExact,
+                     label("split_columns", dtype, {N, W}) + " part " + std::to_string(p));
+    }
+  }
+}
+
+TEST_F(GpuPointwise, SplitColumnsRefusesBadArguments) {
+  const Tensor x = device_view(DType::BF16, {4, 96});
+  const Tensor third = device_view(DType::BF16, {4, 32});
+  expect_refused([&] { cuda::split_columns({third, third}, x, nullptr); }, "cuda::split_columns", "64 columns");
+  expect_refused([&] { cuda::split_columns({third, third, device_view(DType::F32, {4, 32})}, x, nullptr); },
+                 "cuda::split_columns", "'parts'");
+  expect_refused([&] { cuda::split_columns({third, third, device_view(DType::BF16, {3, 32})}, x, nullptr); },
+                 "cuda::split_columns", "'parts'");
+  const Tensor sixth = device_view(DType::BF16, {4, 16});
+  expect_refused([&] { cuda::split_columns({sixth, sixth, sixth, sixth, sixth, sixth}, x, nullptr); },
+                 "cuda::split_columns", "6 parts");
+  expect_refused([&] { cuda::split_columns({third, third, third}, device_view(DType::F16, {4, 96}), nullptr); },
+                 "cuda::split_columns", "'x'");
 }
 
 TEST_F(GpuPointwise, ElementwiseRefusesBadArguments) {

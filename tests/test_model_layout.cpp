@@ -95,6 +95,47 @@ TEST(ModelLayout, BindGivesViewsIntoTheSlabAndTiesTheHead) {
   EXPECT_EQ(layout.slab_bytes(DType::BF16), slab.size() * 2);
 }
 
+// The engine's one-GEMM q|k|v and gate|up rest on this: views, no copies, and nothing
+// stacked across a bias, an alignment gap or out of layout order.
+TEST(ModelLayout, StackedWeightsSeeProjectionsThatLieEndToEndAsOneMatrix) {
+  ModelConfig config = qwen3_0_6b();
+  config.layers = 1;
+  config.vocab = 64;
+  const ParameterLayout layout(config);
+  std::vector<uint16_t> slab(layout.slab_elements());
+  const LayerParameters p = ParameterSet::bind(layout, slab.data(), DType::BF16).layers[0];
+  const Tensor qkv = stacked_weights({p.q_proj, p.k_proj, p.v_proj});
+  EXPECT_EQ(qkv.data, p.q_proj.data);
+  EXPECT_EQ(qkv.describe(), "BF16[4096,1024] cpu");
+  const Tensor gate_up = stacked_weights({p.gate_proj, p.up_proj});
+  EXPECT_EQ(gate_up.data, p.gate_proj.data);
+  EXPECT_EQ(gate_up.describe(), "BF16[6144,1024] cpu");
+  EXPECT_EQ(stacked_weights({p.k_proj, p.q_proj}).data, nullptr);
+  EXPECT_EQ(stacked_weights({p.up_proj, p.down_proj}).data, nullptr);  // adjacent, but 1024 vs 3072 wide
+
+  config.qkv_bias = true;
+  const ParameterLayout biased(config);
+  std::vector<uint16_t> biased_slab(biased.slab_elements());
+  const LayerParameters b = ParameterSet::bind(biased, biased_slab.data(), DType::BF16).layers[0];
+  EXPECT_EQ(stacked_weights({b.q_proj, b.k_proj, b.v_proj}).data, nullptr);
+  EXPECT_NE(stacked_weights({b.gate_proj, b.up_proj}).data, nullptr);
+
+  // q_proj's 8 x 24 elements fill their 64-element alignment, k_proj's 2 x 24 do not: a
+  // gap before v_proj.
+  config.qkv_bias = false;
+  config.hidden = 24;
+  config.heads = 4;
+  config.kv_heads = 1;
+  config.head_dim = 2;
+  config.intermediate = 40;
+  const ParameterLayout gapped(config);
+  std::vector<uint16_t> gapped_slab(gapped.slab_elements());
+  const LayerParameters g = ParameterSet::bind(gapped, gapped_slab.data(), DType::BF16).layers[0];
+  EXPECT_NE(stacked_weights({g.q_proj, g.k_proj}).data, nullptr);
+  EXPECT_EQ(stacked_weights({g.q_proj, g.k_proj, g.v_proj}).data, nullptr);
+  EXPECT_NE(stacked_weights({g.gate_proj, g.up_proj}).data, nullptr);  // 40 x 24 = 15 x 64
+}
+
 TEST(ModelLayout, InvalidConfigsAreRefusedByField) {
   ModelConfig config = qwen3_0_6b();
   config.kv_heads = 3;

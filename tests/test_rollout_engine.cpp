@@ -166,6 +166,43 @@ TEST_P(EngineVariant, PreemptionRecomputesAndKeepsTheTokens) {
   EXPECT_EQ(engine->free_blocks(), engine->total_blocks());
 }
 
+// The qwen3 and llama variants' q/k/v and gate/up weights lie end to end, so the engine
+// runs each group as ONE GEMM; copies of the same weights laid apart in memory take the
+// separate GEMMs (as qwen2's biased q/k/v always do), and must give the same completions.
+TEST_P(EngineVariant, StackedAndSeparateProjectionsGiveTheSameCompletions) {
+  RolloutRig rig(config());
+  const std::vector<GenerationRequest> requests = mixed_requests(rig.model.config.vocab);
+  const ParameterSet& stacked = rig.model.params;
+  const LayerParameters& first = stacked.layers[0];
+  EXPECT_EQ(stacked_weights({first.q_proj, first.k_proj, first.v_proj}).data != nullptr, !GetParam().qkv_bias);
+  EXPECT_NE(stacked_weights({first.gate_proj, first.up_proj}).data, nullptr);
+
+  ParameterSet apart = stacked;
+  std::vector<Tensor*> moved;
+  for (LayerParameters& layer : apart.layers)
+    moved.insert(moved.end(), {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.gate_proj, &layer.up_proj});
+  int64_t elements = 0;
+  for (const Tensor* weight : moved) elements += weight->numel() + 1;
+  std::vector<float> memory(elements);
+  float* next = memory.data();
+  for (Tensor* weight : moved) {
+    std::copy_n(weight->ptr<float>(), weight->numel(), next);
+    weight->data = next;
+    next += weight->numel() + 1;  // one element apart: no two stack
+  }
+  for (const LayerParameters& layer : apart.layers) {
+    ASSERT_EQ(stacked_weights({layer.q_proj, layer.k_proj}).data, nullptr);
+    ASSERT_EQ(stacked_weights({layer.gate_proj, layer.up_proj}).data, nullptr);
+  }
+
+  EngineOptions options = small_engine_options();
+  options.max_running = 3;
+  options.max_step_tokens = 8;
+  const std::vector<Completion> separate =
+      Engine(rig.model.config, apart, *rig.pool, options).generate(requests);
+  expect_same_completions(rig.make_engine(options)->generate(requests), separate);
+}
+
 TEST(EngineStops, StopTokenIdsEndGenerationAndKeepTheToken) {
   RolloutRig rig(testing::tiny_config(true, false, true));
   auto engine = rig.make_engine();

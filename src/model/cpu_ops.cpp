@@ -112,6 +112,26 @@ void CpuOps::copy(const Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data, src.data, src.nbytes());
 }
 
+void CpuOps::split_columns(const std::vector<Tensor>& parts, const Tensor& x) {
+  expect_f32(x, "split_columns", "x", {kAny, kAny});
+  const int64_t N = x.shape[0], W = x.shape[1];
+  int64_t widths = 0;
+  for (const Tensor& part : parts) {
+    expect_f32(part, "split_columns", "parts", {N, kAny});
+    widths += part.shape[1];
+  }
+  if (widths != W)
+    throw std::invalid_argument("CpuOps::split_columns: parts of " + std::to_string(widths) + " columns in all for " +
+                                x.describe());
+  int64_t column = 0;
+  for (const Tensor& part : parts) {
+    const int64_t P = part.shape[1];
+    for (int64_t n = 0; n < N; ++n)
+      std::memcpy(part.ptr<float>() + n * P, x.ptr<float>() + n * W + column, P * sizeof(float));
+    column += P;
+  }
+}
+
 void CpuOps::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   expect_f32(table, "embedding_forward", "table", {kAny, kAny});
   const int64_t V = table.shape[0], C = table.shape[1];
@@ -358,6 +378,21 @@ void CpuOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor&
   float* y = out.ptr<float>();
 #pragma omp parallel for schedule(static) if (n >= kCpuParallelWork)
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+void CpuOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+  expect_f32(gate_up, "swiglu_forward", "gate_up", {kAny, kAny});
+  const int64_t N = gate_up.shape[0], I = gate_up.shape[1] / 2;
+  if (gate_up.shape[1] % 2 != 0)
+    throw std::invalid_argument("CpuOps::swiglu_forward: argument 'gate_up' " + gate_up.describe() +
+                                " has an odd number of columns: no gate and up halves");
+  expect_f32(out, "swiglu_forward", "out", {N, I});
+#pragma omp parallel for schedule(static) if (N * I >= kCpuParallelWork)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *g = gate_up.ptr<float>() + n * 2 * I, *u = g + I;
+    float* y = out.ptr<float>() + n * I;
+    for (int64_t i = 0; i < I; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
+  }
 }
 
 void CpuOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,

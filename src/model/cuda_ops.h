@@ -32,6 +32,7 @@ class CudaOps final : public Ops {
   void copy_from_host(const Tensor& dst, const void* src) override;
   void zero(const Tensor& dst) override;
   void copy(const Tensor& dst, const Tensor& src) override;
+  void split_columns(const std::vector<Tensor>& parts, const Tensor& x) override;
 
   void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
@@ -55,6 +56,7 @@ class CudaOps final : public Ops {
                           const Tensor& cu_seqlens, int heads, int kv_heads) override;
 
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;
 

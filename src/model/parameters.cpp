@@ -104,4 +104,19 @@ const Tensor& ParameterSet::operator[](std::string_view name) const {
   return all[info - layout->tensors().data()];
 }
 
+Tensor stacked_weights(std::initializer_list<Tensor> weights) {
+  if (weights.size() == 0) return Tensor{};
+  const Tensor& first = *weights.begin();
+  const char* next = first.ptr<char>();
+  int64_t rows = 0;
+  for (const Tensor& weight : weights) {
+    if (!weight.data || weight.ptr<char>() != next || weight.rank() != 2 || !weight.is_contiguous() ||
+        weight.dtype != first.dtype || weight.device != first.device || weight.shape[1] != first.shape[1])
+      return Tensor{};
+    rows += weight.shape[0];
+    next += weight.nbytes();
+  }
+  return Tensor::view(first.data, first.dtype, first.device, {rows, first.shape[1]});
+}
+
 }  // namespace tandem

@@ -4,6 +4,7 @@
 // kept per element; the slab memory belongs to the caller (the memory pool, or a vector).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,5 +69,11 @@ struct ParameterSet {
   // Throws std::out_of_range naming the tensor when the layout has no such name.
   const Tensor& operator[](std::string_view name) const;
 };
+
+// Linear weights [O_i, I] that lie end to end in memory (same dtype, device and width, no
+// gap) seen as ONE [Σ O_i, I] matrix: one GEMM against it writes all their outputs side
+// by side. The layout puts q/k/v and gate/up in this order, so without biases between
+// them and alignment gaps they stack with no copy. Empty (data == nullptr) otherwise.
+Tensor stacked_weights(std::initializer_list<Tensor> weights);
 
 }  // namespace tandem

@@ -66,6 +66,7 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   s.rstd = take(DType::F32, {T * std::max(config_.heads, config_.kv_heads)});
   s.hidden = take(dtype_, {T, C});
   s.normed = take(dtype_, {T, C});
+  s.qkv = take(dtype_, {T, QD + 2 * KD});
   s.q = take(dtype_, {T, QD});
   s.k = take(dtype_, {T, KD});
   s.v = take(dtype_, {T, KD});
@@ -77,6 +78,9 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   s.branch = take(dtype_, {T, C});
   s.gate = take(dtype_, {T, I});
   s.up = take(dtype_, {T, I});
+  // One GEMM's gate|up output overlays gate and up, which two GEMMs write instead when
+  // the weights do not stack: no step uses both.
+  s.gate_up = Tensor::view(s.gate.data, dtype_, device, {T, 2 * I});
   s.mlp = take(dtype_, {T, I});
   s.last_hidden = take(dtype_, {B, C});
   s.last_normed = take(dtype_, {B, C});
@@ -134,14 +138,21 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
   const float eps = static_cast<float>(config_.rms_eps);
   const int H = config_.heads, KV = config_.kv_heads;
   const Tensor hidden = rows(s.hidden), normed = rows(s.normed), branch = rows(s.branch), rstd = rows(s.rstd);
-  const Tensor q = rows(s.q), k = rows(s.k), v = rows(s.v), attention = rows(s.attention);
+  const Tensor qkv = rows(s.qkv), q = rows(s.q), k = rows(s.k), v = rows(s.v), attention = rows(s.attention);
+  const Tensor gate_up = rows(s.gate_up), gate = rows(s.gate), up = rows(s.up), mlp = rows(s.mlp);
   ops_.embedding_forward(hidden, params.embed_tokens, ids);
   for (int l = 0; l < config_.layers; ++l) {
     const LayerParameters& p = params.layers[l];
     ops_.rmsnorm_forward(normed, rstd, hidden, p.input_norm, eps);
-    ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
-    ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
-    ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
+    const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
+    if (const Tensor qkv_proj = biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}); qkv_proj.data) {
+      ops_.matmul_forward(qkv, normed, qkv_proj, Tensor{});
+      ops_.split_columns({q, k, v}, qkv);
+    } else {
+      ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
+      ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
+      ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
+    }
     Tensor q_in = q, k_in = k;
     if (config_.qk_norm) {
       q_in = rows(s.q_normed);
@@ -157,10 +168,15 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
     ops_.add(hidden, hidden, branch);
 
     ops_.rmsnorm_forward(normed, rstd, hidden, p.post_attention_norm, eps);
-    ops_.matmul_forward(rows(s.gate), normed, p.gate_proj, Tensor{});
-    ops_.matmul_forward(rows(s.up), normed, p.up_proj, Tensor{});
-    ops_.swiglu_forward(rows(s.mlp), rows(s.gate), rows(s.up));
-    ops_.matmul_forward(branch, rows(s.mlp), p.down_proj, Tensor{});
+    if (const Tensor gate_up_proj = stacked_weights({p.gate_proj, p.up_proj}); gate_up_proj.data) {
+      ops_.matmul_forward(gate_up, normed, gate_up_proj, Tensor{});
+      ops_.swiglu_forward(mlp, gate_up);
+    } else {
+      ops_.matmul_forward(gate, normed, p.gate_proj, Tensor{});
+      ops_.matmul_forward(up, normed, p.up_proj, Tensor{});
+      ops_.swiglu_forward(mlp, gate, up);
+    }
+    ops_.matmul_forward(branch, mlp, p.down_proj, Tensor{});
     ops_.add(hidden, hidden, branch);
   }
   // The embedding lookup doubles as a row gather: each sequence's last new token.

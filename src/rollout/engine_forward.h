@@ -4,6 +4,9 @@
 //   a = rmsnorm(h);  q,k,v = projections of a;  q,k = rope(qk_norm ? rmsnorm_per_head : id)
 //   store k, v into the cache rows of the new tokens;  h += o_proj(paged_attention(q))
 //   h += down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
+// Where the weights lie end to end (model/parameters.h: stacked_weights), q|k|v is ONE
+// GEMM, split after, and gate|up ONE GEMM that SwiGLU reads in halves: at decode batch
+// sizes a GEMM takes about the same time whatever its width.
 // and only each sequence's LAST new token goes through the final norm and the LM head:
 // that is the only row a step samples from, and [T, vocab] logits of a long prompt chunk
 // would be by far the largest buffer.
@@ -66,7 +69,7 @@ class EngineForward {
   struct Scratch {
     Tensor token_ids, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
     Tensor inv_freq, rstd;                                                                  // F32
-    Tensor hidden, normed, q, k, v, q_normed, k_normed, attention, branch, gate, up, mlp;
+    Tensor hidden, normed, qkv, q, k, v, q_normed, k_normed, attention, branch, gate, up, gate_up, mlp;
     Tensor last_hidden, last_normed, logits;
   };
   // Lays the scratch out from `base` (nullptr: only measures). The step inputs come

@@ -31,9 +31,9 @@ struct AddBody {
 template <class T>
 struct SplitColumnsBody {
   const T* x;
-  int64_t width;                   // W
+  int64_t width;  // W
   T* parts[kMaxSplitParts];
-  int64_t ends[kMaxSplitParts];    // the column after part p, ascending; the last is W
+  int64_t ends[kMaxSplitParts];  // the column after part p, ascending; the last is W
   template <int M>
   __device__ void apply(int64_t i) const {
     const int64_t row = i / width, column = i - row * width;

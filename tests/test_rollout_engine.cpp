@@ -198,8 +198,7 @@ TEST_P(EngineVariant, StackedAndSeparateProjectionsGiveTheSameCompletions) {
   EngineOptions options = small_engine_options();
   options.max_running = 3;
   options.max_step_tokens = 8;
-  const std::vector<Completion> separate =
-      Engine(rig.model.config, apart, *rig.pool, options).generate(requests);
+  const std::vector<Completion> separate = Engine(rig.model.config, apart, *rig.pool, options).generate(requests);
   expect_same_completions(rig.make_engine(options)->generate(requests), separate);
 }
 

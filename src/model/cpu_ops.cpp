@@ -194,6 +194,8 @@ void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Ten
 // The unfused sequence itself, so the engine's CPU path gives the same bits either way.
 void CpuOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
                                  const Tensor& weight, float eps) {
+  expect_f32(hidden, "add_rmsnorm_forward", "hidden", {kAny, kAny});
+  expect_f32(branch, "add_rmsnorm_forward", "branch", {hidden.shape[0], hidden.shape[1]});
   add(hidden, hidden, branch);
   rmsnorm_forward(out, rstd, hidden, weight, eps);
 }

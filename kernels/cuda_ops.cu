@@ -8,6 +8,7 @@
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "matmul.cuh"
+#include "qk_norm_rope.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
@@ -65,6 +66,10 @@ void CudaOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Te
                                const Tensor& weight, const Tensor& rstd) {
   cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, stream_);
 }
+void CudaOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+                                  const Tensor& weight, float eps) {
+  cuda::add_rmsnorm_forward(out, rstd, hidden, branch, weight, eps, stream_);
+}
 void CudaOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   cuda::matmul_forward(*matmul_, out, x, weight, bias);
 }
@@ -77,6 +82,11 @@ void CudaOps::rope_forward(const Tensor& x, const Tensor& positions, const Tenso
 }
 void CudaOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) {
   cuda::rope_backward(dx, positions, inv_freq, heads, stream_);
+}
+void CudaOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
+                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                                   const Tensor& inv_freq, int heads, int kv_heads, float eps) {
+  cuda::qk_norm_rope_forward(q_out, k_out, q, k, q_norm, k_norm, positions, inv_freq, heads, kv_heads, eps, stream_);
 }
 void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {

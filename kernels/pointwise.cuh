@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "tensor/tensor.h"
 
@@ -79,6 +80,16 @@ __global__ void flat_kernel(int64_t n, Body body) {
   } else {
     for (int64_t j = i; j < n; ++j) body.template apply<1>(j);
   }
+}
+
+// Calls f(integral_constant<int, S>) with the team size for rows that need `lanes` lanes:
+// the smallest power of two from S up to Max that covers them (Max if none does).
+template <int S, int Max, class F>
+void with_team_size(int64_t lanes, F&& f) {
+  if constexpr (S < Max) {
+    if (lanes > S) return with_team_size<2 * S, Max>(lanes, f);
+  }
+  f(std::integral_constant<int, S>{});
 }
 
 inline void check_cuda(cudaError_t status, const char* op, const char* what) {

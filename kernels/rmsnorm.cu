@@ -50,9 +50,12 @@ __device__ inline float team_sum(float v, float* warp_sums) {
 // One row per team: the team reads its row once into registers, sums its squares, and
 // writes the normalised row from those registers. The block holds blockDim.x / S teams
 // (fewer than kTeamsPerBlock when rows are few, so that they spread over every SM).
-template <class T, int N, int S>
+// With AddBranch, x += branch first (rounded to T and written back, so the norm sees the
+// very values an add kernel would have left in x). No __restrict__: x is read and written.
+template <class T, int N, int S, bool AddBranch>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
-    rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* weight, int64_t rows, int columns, float eps) {
+    rmsnorm_forward_kernel(T* out, float* rstd, T* x, const T* branch, const T* weight, int64_t rows, int columns,
+                           float eps) {
   constexpr int L = kPacksPerLane<N>;
   using P = Pack<T, N>;
   __shared__ float warp_sums[kTeamsPerBlock<S> * S / 32];
@@ -60,7 +63,7 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
   const int lane = threadIdx.x % S;
   const int packs = columns / N;
   const bool valid = row < rows;
-  const P* xr = reinterpret_cast<const P*>(x + row * columns);
+  P* xr = reinterpret_cast<P*>(x + row * columns);
   P v[L], w[L];
   float sum = 0;
 #pragma unroll
@@ -68,6 +71,12 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     if (!valid || lane + j * S >= packs) continue;
     v[j] = xr[lane + j * S];
     w[j] = reinterpret_cast<const P*>(weight)[lane + j * S];  // loaded now, its latency hidden by the sum
+    if constexpr (AddBranch) {
+      const P b = reinterpret_cast<const P*>(branch + row * columns)[lane + j * S];
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[j].v[k] = from_float<T>(to_float(v[j].v[k]) + to_float(b.v[k]));
+      xr[lane + j * S] = v[j];
+    }
 #pragma unroll
     for (int k = 0; k < N; ++k) sum += to_float(v[j].v[k]) * to_float(v[j].v[k]);
   }
@@ -182,20 +191,48 @@ __global__ void rmsnorm_dweight_kernel(float* dweight, const float* partials, in
   dweight[i] += total;
 }
 
-// Calls f(integral_constant<int, S>) with the team size for rows that need `lanes` lanes:
-// the smallest power of two from S up to 1024 that covers them.
-template <int S, class F>
-void with_team_size(int64_t lanes, F&& f) {
-  if constexpr (S < 1024) {
-    if (lanes > S) return with_team_size<2 * S>(lanes, f);
-  }
-  f(std::integral_constant<int, S>{});
-}
-
 void check_row_width(int64_t columns, const char* op) {
   if (columns > kRmsnormMaxColumns)
     throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(columns) + " exceed the " +
                                 std::to_string(kRmsnormMaxColumns) + " supported");
+}
+
+// The forward kernel for checked arguments; branch is empty for the plain norm.
+void launch_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& branch,
+                            const Tensor& weight, float eps, cudaStream_t stream, const char* op) {
+  const int64_t N = x.shape[0], D = x.shape[1];
+  check_row_width(D, op);
+  if (N == 0 || D == 0) return;
+  const bool add_branch = branch.data != nullptr;
+  dispatch_data(x.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    auto launch = [&](auto pack, auto with_branch) {
+      constexpr int P = decltype(pack)::value;
+      constexpr int L = kPacksPerLane<P>;
+      with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
+        constexpr int S = decltype(team)::value;
+        // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp or a
+        // team, until there are enough to occupy every SM.
+        int teams = kTeamsPerBlock<S>;
+        while ((N + teams - 1) / teams < kBusyBlocks && (teams / 2) * S >= 32) teams /= 2;
+        rmsnorm_forward_kernel<E, P, S, decltype(with_branch)::value>
+            <<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
+                out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), branch.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D),
+                eps);
+      });
+    };
+    auto with_pack = [&](auto with_branch) {
+      if (D % kPack<E> == 0 && aligned16(out.data, x.data, weight.data) && (!add_branch || aligned16(branch.data)))
+        launch(std::integral_constant<int, kPack<E>>{}, with_branch);
+      else
+        launch(std::integral_constant<int, 1>{}, with_branch);
+    };
+    if (add_branch)
+      with_pack(std::true_type{});
+    else
+      with_pack(std::false_type{});
+    check_launch(op);
+  });
 }
 
 }  // namespace
@@ -208,29 +245,19 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, con
   check_op_arg(out, op, "out", Device::CUDA, {x.dtype}, {N, D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
-  check_row_width(D, op);
-  if (N == 0 || D == 0) return;
-  dispatch_data(x.dtype, [&](auto tag) {
-    using E = decltype(tag);
-    auto launch = [&](auto pack) {
-      constexpr int P = decltype(pack)::value;
-      constexpr int L = kPacksPerLane<P>;
-      with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
-        constexpr int S = decltype(team)::value;
-        // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp or a
-        // team, until there are enough to occupy every SM.
-        int teams = kTeamsPerBlock<S>;
-        while ((N + teams - 1) / teams < kBusyBlocks && (teams / 2) * S >= 32) teams /= 2;
-        rmsnorm_forward_kernel<E, P, S><<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
-            out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D), eps);
-      });
-    };
-    if (D % kPack<E> == 0 && aligned16(out.data, x.data, weight.data))
-      launch(std::integral_constant<int, kPack<E>>{});
-    else
-      launch(std::integral_constant<int, 1>{});
-    check_launch(op);
-  });
+  launch_rmsnorm_forward(out, rstd, x, Tensor{}, weight, eps, stream, op);
+}
+
+void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+                         const Tensor& weight, float eps, cudaStream_t stream) {
+  constexpr const char* op = "cuda::add_rmsnorm_forward";
+  check_op_arg(hidden, op, "hidden", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
+  const int64_t N = hidden.shape[0], D = hidden.shape[1];
+  check_op_arg(branch, op, "branch", Device::CUDA, {hidden.dtype}, {N, D});
+  check_op_arg(out, op, "out", Device::CUDA, {hidden.dtype}, {N, D});
+  check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
+  check_op_arg(weight, op, "weight", Device::CUDA, {hidden.dtype}, {D});
+  launch_rmsnorm_forward(out, rstd, hidden, branch, weight, eps, stream, op);
 }
 
 void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
@@ -250,7 +277,7 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
     auto launch = [&](auto pack) {
       constexpr int P = decltype(pack)::value;
       constexpr int L = kPacksPerLane<P>;
-      with_team_size<4>((D / P + L - 1) / L, [&](auto team) {
+      with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
         constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
         // The chunking depends on the shape alone, never on the device, so the order
         // of every sum is the same on every GPU and every run.

@@ -20,6 +20,11 @@ inline constexpr int64_t kRmsnormMaxColumns = 12288;
 // (F32 or BF16), rstd F32 [N] (the reciprocal std, kept for backward).
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
                      cudaStream_t stream);
+// hidden += branch (rounded to hidden's dtype), then out and rstd as rmsnorm_forward of the
+// new hidden, in one kernel: the engine's residual add and the norm that follows it.
+// CPU twin: CpuOps::add_rmsnorm_forward.
+void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+                         const Tensor& weight, float eps, cudaStream_t stream);
 // dx += ∂out/∂x · dout (dx, dout, x, weight of x's dtype), dweight F32 [D] += Σ_rows
 // dout · x · rstd. Uses stream-ordered scratch memory of at most 512·D·4 bytes.
 void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,

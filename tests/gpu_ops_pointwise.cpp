@@ -1,4 +1,5 @@
-// The memory-bound CUDA kernels (embedding, rmsnorm, rope, swiglu, add, zero, copy, split)
+// The memory-bound CUDA kernels (embedding, rmsnorm, rope, swiglu, add, zero, copy, split,
+// and the engine's fused add + rmsnorm and q/k norm + rope)
 // against CpuOps on identical values: fresh random inputs every run (the seed is printed
 // with every failure), F32 and BF16 data, odd shapes that take the one-element paths,
 // gradients that accumulate over repeated calls, and argument checks.
@@ -10,6 +11,9 @@
 //                            ulp is at most 2^-7 = 7.8e-3 of the value)
 //   F32 statistics, weight   rtol 1e-5, atol 1e-5  (rstd, rmsnorm dweight: FP32 sums in
 //   gradients                                       another order, from either data dtype)
+//                            except add_rmsnorm's BF16 rstd: the data tolerance, as it
+//                            normalises the sum rounded to BF16 (as an add kernel leaves it)
+//                            where CpuOps keeps the FP32 sum
 //   exact                    embedding forward and backward (the backward adds in CpuOps's
 //                            order), add (BF16: against the rounded CPU sum), zero, copy,
 //                            split_columns
@@ -31,6 +35,7 @@
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "model/cpu_ops.h"
+#include "qk_norm_rope.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "support.h"
@@ -380,6 +385,57 @@ TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
   expect_refused([&] { cuda::rmsnorm_forward(wide, one_rstd, wide, wide_weight, 1e-6f, nullptr); }, forward, "20000");
 }
 
+// ---------------------------------------------------------------- add + rmsnorm
+
+// Against CpuOps, and against cuda::add then cuda::rmsnorm_forward bit for bit: the fused
+// kernel rounds the sum as the add kernel does and sums squares as the norm kernel does.
+TEST_F(GpuPointwise, AddRmsnormMatchesCpuAndTheUnfusedKernels) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, D] : kRmsnormShapes) {
+      const std::string what = label("add_rmsnorm_forward", dtype, {N, D});
+      Operand hidden(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+      const Operand branch(dtype, {N, D}, normal(N * D));
+      const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
+      Operand out(dtype, {N, D}, normal(N * D)), rstd(DType::F32, {N}, normal(N));
+      Operand unfused_hidden(dtype, {N, D}, hidden.host());
+      Operand unfused_out(dtype, {N, D}, normal(N * D)), unfused_rstd(DType::F32, {N}, normal(N));
+      cuda::add(unfused_hidden.gpu(), unfused_hidden.gpu(), branch.gpu(), nullptr);
+      cuda::rmsnorm_forward(unfused_out.gpu(), unfused_rstd.gpu(), unfused_hidden.gpu(), weight.gpu(), 1e-6f, nullptr);
+
+      cpu_.add_rmsnorm_forward(out.cpu(), rstd.cpu(), hidden.cpu(), branch.cpu(), weight.cpu(), 1e-6f);
+      cuda::add_rmsnorm_forward(out.gpu(), rstd.gpu(), hidden.gpu(), branch.gpu(), weight.gpu(), 1e-6f, nullptr);
+      std::vector<float> sum = hidden.host();
+      if (dtype == DType::BF16) std::ranges::transform(sum, sum.begin(), round_bf16);
+      expect_close(hidden.download(), sum, kExact, what + " hidden");
+      expect_close(out.download(), out.host(), data_tolerance(dtype), what + " out");
+      expect_close(rstd.download(), rstd.host(), dtype == DType::BF16 ? kBF16Data : kF32Sums, what + " rstd");
+
+      expect_close(hidden.download(), unfused_hidden.download(), kExact, what + " hidden vs add");
+      expect_close(out.download(), unfused_out.download(), kExact, what + " out vs add, rmsnorm");
+      expect_close(rstd.download(), unfused_rstd.download(), kExact, what + " rstd vs add, rmsnorm");
+    }
+  }
+}
+
+TEST_F(GpuPointwise, AddRmsnormRefusesBadArguments) {
+  const Tensor hidden = device_view(DType::BF16, {4, 128}), out = device_view(DType::BF16, {4, 128});
+  const Tensor weight = device_view(DType::BF16, {128}), rstd = device_view(DType::F32, {4});
+  const char* op = "cuda::add_rmsnorm_forward";
+  expect_refused([&] { cuda::add_rmsnorm_forward(out, rstd, hidden, device_view(DType::F32, {4, 128}), weight, 1e-6f,
+                                                 nullptr); },
+                 op, "'branch'");
+  expect_refused([&] { cuda::add_rmsnorm_forward(device_view(DType::BF16, {4, 64}), rstd, hidden, hidden, weight,
+                                                 1e-6f, nullptr); },
+                 op, "'out'");
+  expect_refused([&] { cuda::add_rmsnorm_forward(out, rstd, hidden, hidden, device_view(DType::BF16, {64}), 1e-6f,
+                                                 nullptr); },
+                 op, "'weight'");
+  const Tensor wide = device_view(DType::F32, {1, 20000}), wide_weight = device_view(DType::F32, {20000});
+  expect_refused([&] { cuda::add_rmsnorm_forward(wide, device_view(DType::F32, {1}), wide, wide, wide_weight, 1e-6f,
+                                                 nullptr); },
+                 op, "20000");
+}
+
 // ---------------------------------------------------------------- rope
 
 struct RopeShape {
@@ -431,6 +487,71 @@ TEST_F(GpuPointwise, RopeRefusesBadArguments) {
                  "'inv_freq'");
   expect_refused([&] { cuda::rope_backward(device_view(DType::F16, {3, 8 * 128}), positions, freq, 8, nullptr); },
                  "cuda::rope_backward", "'dx'");
+}
+
+// ---------------------------------------------------------------- q/k norm + rope
+
+struct QkShape {
+  int64_t tokens;
+  int heads, kv_heads, head_dim;
+};
+// Qwen3-0.6B at decode sizes (64 and 256 tokens) and alone; head_dim 6 takes the
+// one-element path with one-lane teams, 512 (the widest) a whole warp per head.
+constexpr QkShape kQkShapes[] = {{1, 16, 8, 128}, {64, 16, 8, 128}, {256, 16, 8, 128},
+                                 {3, 2, 1, 6},    {5, 4, 2, 64},    {3, 2, 2, 512}};
+
+// With qk_norm weights and without (rope alone); then in place, as the engine rotates q
+// and k of a model without qk_norm, which must give the same bits as into other buffers.
+TEST_F(GpuPointwise, QkNormRopeMatchesCpuAlsoInPlace) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [T, H, KV, D] : kQkShapes) {
+      for (const bool norm : {true, false}) {
+        const std::string what =
+            label(norm ? "qk_norm_rope_forward" : "qk_norm_rope_forward without norms", dtype, {T, H, KV, D});
+        std::vector<int32_t> position_values(T);
+        for (int32_t& p : position_values) p = integer(0, 32767);
+        const Ints positions(position_values);
+        const Operand freq(DType::F32, {D / 2}, inv_freq(D));
+        Operand q(dtype, {T, H * D}, normal(T * H * D, 0.0f, 2.0f)), k(dtype, {T, KV * D}, normal(T * KV * D, 0.0f, 2.0f));
+        const Operand q_norm(dtype, {D}, normal(D, 1.0f, 0.2f)), k_norm(dtype, {D}, normal(D, 1.0f, 0.2f));
+        Operand q_out(dtype, {T, H * D}, normal(T * H * D)), k_out(dtype, {T, KV * D}, normal(T * KV * D));
+        const Tensor cpu_q_norm = norm ? q_norm.cpu() : Tensor{}, cpu_k_norm = norm ? k_norm.cpu() : Tensor{};
+        const Tensor gpu_q_norm = norm ? q_norm.gpu() : Tensor{}, gpu_k_norm = norm ? k_norm.gpu() : Tensor{};
+        cpu_.qk_norm_rope_forward(q_out.cpu(), k_out.cpu(), q.cpu(), k.cpu(), cpu_q_norm, cpu_k_norm, positions.cpu(),
+                                  freq.cpu(), H, KV, 1e-6f);
+        cuda::qk_norm_rope_forward(q_out.gpu(), k_out.gpu(), q.gpu(), k.gpu(), gpu_q_norm, gpu_k_norm, positions.gpu(),
+                                   freq.gpu(), H, KV, 1e-6f, nullptr);
+        expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
+        expect_close(k_out.download(), k_out.host(), data_tolerance(dtype), what + " k");
+        cuda::qk_norm_rope_forward(q.gpu(), k.gpu(), q.gpu(), k.gpu(), gpu_q_norm, gpu_k_norm, positions.gpu(),
+                                   freq.gpu(), H, KV, 1e-6f, nullptr);
+        expect_close(q.download(), q_out.download(), kExact, what + " q in place");
+        expect_close(k.download(), k_out.download(), kExact, what + " k in place");
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, QkNormRopeRefusesBadArguments) {
+  const Tensor q = device_view(DType::BF16, {3, 16 * 128}), k = device_view(DType::BF16, {3, 8 * 128});
+  const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
+  const Tensor weight = device_view(DType::BF16, {128});
+  const char* op = "cuda::qk_norm_rope_forward";
+  auto call = [&](const Tensor& k_in, const Tensor& q_norm, const Tensor& k_norm, const Tensor& pos, int heads) {
+    cuda::qk_norm_rope_forward(q, k_in, q, k_in, q_norm, k_norm, pos, freq, heads, 8, 1e-6f, nullptr);
+  };
+  expect_refused([&] { call(k, weight, Tensor{}, positions, 16); }, op, "'k_norm'");
+  expect_refused([&] { call(k, device_view(DType::F32, {128}), weight, positions, 16); }, op, "'q_norm'");
+  expect_refused([&] { call(device_view(DType::BF16, {3, 7 * 128}), weight, weight, positions, 16); }, op, "'k'");
+  expect_refused([&] { call(k, weight, weight, device_view(DType::I32, {4}), 16); }, op, "'positions'");
+  expect_refused([&] { call(k, weight, weight, positions, 7); }, op, "7 heads");
+  expect_refused(
+      [&] {
+        const Tensor wide_q = device_view(DType::BF16, {1, 2 * 1024}), wide_k = device_view(DType::BF16, {1, 1024});
+        cuda::qk_norm_rope_forward(wide_q, wide_k, wide_q, wide_k, Tensor{}, Tensor{}, device_view(DType::I32, {1}),
+                                   device_view(DType::F32, {512}), 2, 1, 1e-6f, nullptr);
+      },
+      op, "1024");
 }
 
 // ---------------------------------------------------------------- swiglu, add, zero, copy

@@ -100,4 +100,10 @@ Tensor first_rows(const Tensor& buffer, int64_t rows) {
   return view;
 }
 
+Tensor per_head_rows(const Tensor& x, int heads) {
+  if (x.rank() != 2 || heads <= 0 || x.shape[1] % heads != 0)
+    throw std::invalid_argument("cannot split the rows of " + x.describe() + " into " + std::to_string(heads) + " heads");
+  return Tensor::view(x.data, x.dtype, x.device, {x.shape[0] * heads, x.shape[1] / heads});
+}
+
 }  // namespace tandem

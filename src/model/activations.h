@@ -79,5 +79,7 @@ struct Activations {
 
 // The first `rows` rows of a [N, ...] buffer (a batch smaller than the capacity).
 Tensor first_rows(const Tensor& buffer, int64_t rows);
+// [T, heads*head_dim] seen as [T*heads, head_dim]: per-head RMSNorm runs on rows.
+Tensor per_head_rows(const Tensor& x, int heads);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include "model/cpu_ops.h"
 
+#include "model/activations.h"
 #include "model/op_args.h"
 
 #include <algorithm>
@@ -210,6 +211,15 @@ void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Ten
   }
 }
 
+// The unfused sequence itself, so the engine's CPU path gives the same bits either way.
+void CpuOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+                                 const Tensor& weight, float eps) {
+  expect_f32(hidden, "add_rmsnorm_forward", "hidden", {kAny, kAny});
+  expect_f32(branch, "add_rmsnorm_forward", "branch", {hidden.shape[0], hidden.shape[1]});
+  add(hidden, hidden, branch);
+  rmsnorm_forward(out, rstd, hidden, weight, eps);
+}
+
 void CpuOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   expect_f32(x, "matmul_forward", "x", {kAny, kAny});
   expect_f32(weight, "matmul_forward", "weight", {kAny, x.shape[1]});
@@ -280,6 +290,37 @@ void CpuOps::rope_forward(const Tensor& x, const Tensor& positions, const Tensor
 
 void CpuOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) {
   rope_rotate(dx, positions, inv_freq, heads, -1.0f, "rope_backward");
+}
+
+// Per head: rmsnorm_forward then rope_forward, the unfused pieces in their order.
+void CpuOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
+                                  const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                                  const Tensor& inv_freq, int heads, int kv_heads, float eps) {
+  constexpr const char* op = "qk_norm_rope_forward";
+  expect_f32(q, op, "q", {kAny, kAny});
+  const int64_t T = q.shape[0], D = head_dim_of(q, heads, op);
+  if (kv_heads <= 0)
+    throw std::invalid_argument("CpuOps::qk_norm_rope_forward: " + std::to_string(kv_heads) + " key heads");
+  expect_f32(k, op, "k", {T, kv_heads * D});
+  expect_f32(q_out, op, "q_out", {T, heads * D});
+  expect_f32(k_out, op, "k_out", {T, kv_heads * D});
+  const bool norm = q_norm.data || k_norm.data;
+  if (norm) {
+    expect_f32(q_norm, op, "q_norm", {D});
+    expect_f32(k_norm, op, "k_norm", {D});
+  }
+  auto one = [&](const Tensor& out, const Tensor& in, const Tensor& weight, int n_heads) {
+    if (norm) {
+      std::vector<float> rstd(T * n_heads);
+      rmsnorm_forward(per_head_rows(out, n_heads), Tensor::view(rstd.data(), DType::F32, Device::CPU, {T * n_heads}),
+                      per_head_rows(in, n_heads), weight, eps);
+    } else if (out.data != in.data) {
+      copy(out, in);
+    }
+    rope_forward(out, positions, inv_freq, n_heads);
+  };
+  one(q_out, q, q_norm, heads);
+  one(k_out, k, k_norm, kv_heads);
 }
 
 void CpuOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -44,6 +44,11 @@ class Ops {
                                float eps) = 0;
   virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                                 const Tensor& weight, const Tensor& rstd) = 0;
+  // The residual add and the norm after it in one pass (inference: the engine's decode
+  // step, where each small kernel's start and drain cost more than its work):
+  // hidden += branch, then out and rstd as rmsnorm_forward of the updated hidden [N, D].
+  virtual void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+                                   const Tensor& weight, float eps) = 0;
 
   // out [N, O] = x [N, I] · weight [O, I]ᵀ + bias [O]; bias and dbias may be empty
   // (data == nullptr) when the layer has none.
@@ -56,6 +61,14 @@ class Ops {
   // The backward pass rotates the gradient back by the same angle (in place too).
   virtual void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
   virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
+  // Attention's inputs in one pass (inference): every head of q [T, heads*head_dim] and of
+  // k [T, kv_heads*head_dim] goes through per-head RMSNorm with weight q_norm / k_norm
+  // [head_dim] (Qwen3's qk_norm), then RoPE as rope_forward, into q_out and k_out (shaped
+  // as q and k; they may alias them). Without qk_norm both weights are empty (data ==
+  // nullptr) and the op is rope_forward of q and of k. No rstd is kept.
+  virtual void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
+                                    const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                                    const Tensor& inv_freq, int heads, int kv_heads, float eps) = 0;
 
   // Causal grouped-query attention within each packed sequence, scale 1/sqrt(head_dim).
   // q, out [T, heads*head_dim]; k, v [T, kv_heads*head_dim]; lse F32 [T, heads] keeps the

@@ -6,11 +6,6 @@ namespace tandem {
 
 namespace {
 
-// [T, heads*head_dim] seen as [T*heads, head_dim]: per-head RMSNorm runs on rows.
-Tensor per_head_rows(const Tensor& x, int heads) {
-  return Tensor::view(x.data, x.dtype, x.device, {x.shape[0] * heads, x.shape[1] / heads});
-}
-
 Tensor flat(const Tensor& x) { return Tensor::view(x.data, x.dtype, x.device, {x.numel()}); }
 
 }  // namespace

@@ -10,11 +10,6 @@ namespace tandem {
 
 namespace {
 
-// [T, heads*head_dim] seen as [T*heads, head_dim]: per-head RMSNorm runs on rows.
-Tensor per_head_rows(const Tensor& x, int heads) {
-  return Tensor::view(x.data, x.dtype, x.device, {x.shape[0] * heads, x.shape[1] / heads});
-}
-
 [[noreturn]] void bad_step(const std::string& why) { throw std::invalid_argument("EngineForward: " + why); }
 
 }  // namespace
@@ -63,7 +58,7 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   s.inv_freq = take(DType::F32, {config_.head_dim / 2});
   offset = (offset + 255) / 256 * 256;
   *inputs_bytes = offset;
-  s.rstd = take(DType::F32, {T * std::max(config_.heads, config_.kv_heads)});
+  s.rstd = take(DType::F32, {T});
   s.hidden = take(dtype_, {T, C});
   s.normed = take(dtype_, {T, C});
   s.qkv = take(dtype_, {T, QD + 2 * KD});
@@ -82,7 +77,6 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   // the weights do not stack: no step uses both.
   s.gate_up = Tensor::view(s.gate.data, dtype_, device, {T, 2 * I});
   s.mlp = take(dtype_, {T, I});
-  s.last_hidden = take(dtype_, {B, C});
   s.last_normed = take(dtype_, {B, C});
   s.logits = take(dtype_, {B, config_.vocab});
   *bytes = offset;
@@ -141,9 +135,11 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
   const Tensor qkv = rows(s.qkv), q = rows(s.q), k = rows(s.k), v = rows(s.v), attention = rows(s.attention);
   const Tensor gate_up = rows(s.gate_up), gate = rows(s.gate), up = rows(s.up), mlp = rows(s.mlp);
   ops_.embedding_forward(hidden, params.embed_tokens, ids);
+  // Each residual add also applies the norm that reads its result next (fewer kernels:
+  // at decode sizes their start-up and drain cost more than their work).
+  ops_.rmsnorm_forward(normed, rstd, hidden, params.layers[0].input_norm, eps);
   for (int l = 0; l < config_.layers; ++l) {
     const LayerParameters& p = params.layers[l];
-    ops_.rmsnorm_forward(normed, rstd, hidden, p.input_norm, eps);
     const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
     if (const Tensor qkv_proj = biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}); qkv_proj.data) {
       ops_.matmul_forward(qkv, normed, qkv_proj, Tensor{});
@@ -153,21 +149,14 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
       ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
       ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
     }
-    Tensor q_in = q, k_in = k;
-    if (config_.qk_norm) {
-      q_in = rows(s.q_normed);
-      k_in = rows(s.k_normed);
-      ops_.rmsnorm_forward(per_head_rows(q_in, H), first_rows(s.rstd, T * H), per_head_rows(q, H), p.q_norm, eps);
-      ops_.rmsnorm_forward(per_head_rows(k_in, KV), first_rows(s.rstd, T * KV), per_head_rows(k, KV), p.k_norm, eps);
-    }
-    ops_.rope_forward(q_in, positions, s.inv_freq, H);
-    ops_.rope_forward(k_in, positions, s.inv_freq, KV);
+    // Without qk_norm the weights are empty and q, k rotate in place.
+    const Tensor q_in = config_.qk_norm ? rows(s.q_normed) : q, k_in = config_.qk_norm ? rows(s.k_normed) : k;
+    ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps);
     attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
     attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
-    ops_.add(hidden, hidden, branch);
+    ops_.add_rmsnorm_forward(normed, rstd, hidden, branch, p.post_attention_norm, eps);
 
-    ops_.rmsnorm_forward(normed, rstd, hidden, p.post_attention_norm, eps);
     if (const Tensor gate_up_proj = stacked_weights({p.gate_proj, p.up_proj}); gate_up_proj.data) {
       ops_.matmul_forward(gate_up, normed, gate_up_proj, Tensor{});
       ops_.swiglu_forward(mlp, gate_up);
@@ -177,12 +166,15 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
       ops_.swiglu_forward(mlp, gate, up);
     }
     ops_.matmul_forward(branch, mlp, p.down_proj, Tensor{});
-    ops_.add(hidden, hidden, branch);
+    const bool last_layer = l + 1 == config_.layers;
+    ops_.add_rmsnorm_forward(normed, rstd, hidden, branch,
+                             last_layer ? params.final_norm : params.layers[l + 1].input_norm, eps);
   }
-  // The embedding lookup doubles as a row gather: each sequence's last new token.
-  const Tensor last_hidden = first_rows(s.last_hidden, B), last_normed = first_rows(s.last_normed, B);
-  ops_.embedding_forward(last_hidden, hidden, last);
-  ops_.rmsnorm_forward(last_normed, first_rows(s.rstd, B), last_hidden, params.final_norm, eps);
+  // The embedding lookup doubles as a row gather: each sequence's last new token, already
+  // through the final norm (every row went through it: one kernel fewer than a gather of
+  // the hidden rows and a norm of those alone).
+  const Tensor last_normed = first_rows(s.last_normed, B);
+  ops_.embedding_forward(last_normed, normed, last);
   const Tensor logits = first_rows(s.logits, B);
   ops_.matmul_forward(logits, last_normed, params.lm_head, Tensor{});
   return logits;

@@ -70,7 +70,7 @@ class EngineForward {
     Tensor token_ids, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
     Tensor inv_freq, rstd;                                                                  // F32
     Tensor hidden, normed, qkv, q, k, v, q_normed, k_normed, attention, branch, gate, up, gate_up, mlp;
-    Tensor last_hidden, last_normed, logits;
+    Tensor last_normed, logits;
   };
   // Lays the scratch out from `base` (nullptr: only measures). The step inputs come
   // first, so one copy of [0, inputs_bytes) stages them all.

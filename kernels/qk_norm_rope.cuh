@@ -1,0 +1,24 @@
+// Attention's inputs in one kernel for the engine's forward pass: per-head RMSNorm (Qwen3's
+// qk_norm) and RoPE of q and k together, where the unfused sequence takes four kernels
+// (two norms, two rotations) and one launch is worth more than the work at decode sizes.
+// CPU twin: CpuOps::qk_norm_rope_forward (rmsnorm_forward then rope_forward per tensor),
+// compared in tests/gpu_ops_pointwise.cpp.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "tensor/tensor.h"
+
+namespace tandem::cuda {
+
+// A head's pairs are held in the registers of at most one warp: 16 elements a lane.
+inline constexpr int64_t kQkNormRopeMaxHeadDim = 512;
+
+// q_out = rope(rmsnorm_per_head(q) * q_norm), k_out likewise with k_norm: q, q_out [T,
+// heads*head_dim], k, k_out [T, kv_heads*head_dim] of one data dtype (F32 or BF16), the
+// weights [head_dim] of that dtype or both empty (rope alone). Outputs may alias inputs.
+// The normalised values stay FP32 through the rotation: one rounding per output.
+void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
+                          const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                          int heads, int kv_heads, float eps, cudaStream_t stream);
+
+}  // namespace tandem::cuda

@@ -11,18 +11,13 @@
 #include <vector>
 
 #include "gradient_clipping.cuh"
-#include "support.h"
+#include "gpu_support.h"
 #include "train/gradient_clipping.h"
 
 using namespace tandem;
+using tandem::testing::DeviceBuffer;
 
 namespace {
-
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess); }
-  ~DeviceBuffer() { cudaFree(data); }
-};
 
 double device_square_sum(const float* data, size_t count, double* scratch) {
   cuda::square_sum(scratch, scratch + 1, data, count, nullptr);

@@ -10,20 +10,15 @@
 #include <random>
 
 #include "logprobs.cuh"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 #include "train/chunked_logprobs.h"
 
 using namespace tandem;
+using tandem::testing::DeviceBuffer;
 
 namespace {
-
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess); }
-  ~DeviceBuffer() { cudaFree(data); }
-};
 
 void check_case(int64_t T, int64_t V, DType dtype, float temperature, bool with_entropy) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " V=" + std::to_string(V) +

@@ -9,20 +9,13 @@
 #include <stdexcept>
 
 #include "memory_pool_scenarios.h"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/memory_pool.h"
 
 using namespace tandem;
 using namespace tandem::testing;
 
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 const PoolMemoryAccess device_access{
     [](void* device, const void* host, size_t bytes) {

@@ -10,23 +10,15 @@
 #include "logprobs.cuh"
 #include "model/cross_entropy.h"
 #include "model/cuda_ops.h"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 #include "test_model_support.h"
 
 using namespace tandem;
+using tandem::testing::DeviceBuffer;
 
 namespace {
-
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    cudaMemset(data, 0, bytes);
-  }
-  ~DeviceBuffer() { cudaFree(data); }
-};
 
 ModelConfig gpu_config(bool qk_norm, bool qkv_bias, bool tied) {
   return tandem::testing::gpu_sized(tandem::testing::tiny_config(qk_norm, qkv_bias, tied));

@@ -32,7 +32,7 @@
 
 #include "attention.cuh"
 #include "model/cpu_ops.h"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 #include "tensor/memory_pool.h"
@@ -41,13 +41,6 @@ using namespace tandem;
 using namespace tandem::testing;
 
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 struct Case {
   std::vector<int> lengths;

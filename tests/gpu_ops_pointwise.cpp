@@ -38,31 +38,17 @@
 #include "qk_norm_rope.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
-#include "support.h"
+#include "gpu_support.h"
 #include "swiglu.cuh"
 #include "tensor/bf16.h"
 
 using namespace tandem;
+using tandem::testing::DeviceBuffer;
+using tandem::testing::check;
 
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
 float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
-
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
 
 // A data tensor in both backends: the F32 values CpuOps works on, and the same values on
 // the GPU in `dtype` (BF16 values are rounded first, so both backends start equal).
@@ -72,7 +58,7 @@ class Operand {
       : dtype_(dtype), host_(std::move(values)), device_(host_.size() * dtype_size(dtype)) {
     if (dtype == DType::BF16) std::ranges::transform(host_, host_.begin(), round_bf16);
     cpu_ = Tensor::view(host_.data(), DType::F32, Device::CPU, shape);
-    gpu_ = Tensor::view(device_.get(), dtype, Device::CUDA, shape);
+    gpu_ = Tensor::view(device_.data, dtype, Device::CUDA, shape);
     if (static_cast<size_t>(cpu_.numel()) != host_.size()) throw std::logic_error("Operand: values do not fit shape");
     upload();
   }
@@ -86,11 +72,11 @@ class Operand {
   std::vector<float> download() const {
     std::vector<float> values(host_.size());
     if (dtype_ == DType::F32) {
-      check(cudaMemcpy(values.data(), device_.get(), gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
+      check(cudaMemcpy(values.data(), device_.data, gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
       return values;
     }
     std::vector<uint16_t> bits(host_.size());
-    check(cudaMemcpy(bits.data(), device_.get(), gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
+    check(cudaMemcpy(bits.data(), device_.data, gpu_.nbytes(), cudaMemcpyDeviceToHost), "download");
     std::ranges::transform(bits, values.begin(), bf16_to_float);
     return values;
   }
@@ -102,12 +88,12 @@ class Operand {
  private:
   void upload() {
     if (dtype_ == DType::F32) {
-      check(cudaMemcpy(device_.get(), host_.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
+      check(cudaMemcpy(device_.data, host_.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
       return;
     }
     std::vector<uint16_t> bits(host_.size());
     std::ranges::transform(host_, bits.begin(), float_to_bf16);
-    check(cudaMemcpy(device_.get(), bits.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(device_.data, bits.data(), gpu_.nbytes(), cudaMemcpyHostToDevice), "upload");
   }
 
   DType dtype_;
@@ -122,8 +108,8 @@ class Ints {
   explicit Ints(std::vector<int32_t> values) : host_(std::move(values)), device_(host_.size() * 4) {
     const int64_t n = static_cast<int64_t>(host_.size());
     cpu_ = Tensor::view(host_.data(), DType::I32, Device::CPU, {n});
-    gpu_ = Tensor::view(device_.get(), DType::I32, Device::CUDA, {n});
-    check(cudaMemcpy(device_.get(), host_.data(), host_.size() * 4, cudaMemcpyHostToDevice), "upload");
+    gpu_ = Tensor::view(device_.data, DType::I32, Device::CUDA, {n});
+    check(cudaMemcpy(device_.data, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice), "upload");
   }
   const Tensor& cpu() const { return cpu_; }
   const Tensor& gpu() const { return gpu_; }
@@ -212,7 +198,7 @@ class GpuPointwise : public ::testing::Test {
 
   // A view of scratch device memory, for argument checks that never reach a kernel.
   Tensor device_view(DType dtype, std::vector<int64_t> shape) {
-    return Tensor::view(scratch_->get(), dtype, Device::CUDA, std::move(shape));
+    return Tensor::view(scratch_->data, dtype, Device::CUDA, std::move(shape));
   }
 
   CpuOps cpu_;

@@ -31,7 +31,7 @@
 #include "paged_attention.cuh"
 #include "rollout/cpu_paged_attention.h"
 #include "rollout/cuda_paged_attention.h"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 #include "tensor/memory_pool.h"
@@ -40,13 +40,6 @@ using namespace tandem;
 using namespace tandem::testing;
 
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 struct Shape {
   int heads, kv_heads, head_dim;

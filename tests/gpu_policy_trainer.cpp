@@ -12,11 +12,12 @@
 #include <mpi.h>
 
 #include "policy_trainer_support.h"
-#include "support.h"
+#include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 
 using namespace tandem;
+using tandem::testing::DeviceBuffer;
 using tandem::testing::CpuTrainer;
 
 namespace {
@@ -24,17 +25,6 @@ namespace {
 // The trainer tests' model with GPU-sized heads (32 dims: the tensor-core attention path
 // in BF16) and a vocabulary of more than one block of threads.
 ModelConfig gpu_config() { return tandem::testing::gpu_sized(tandem::testing::trainer_config()); }
-
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    cudaMemset(data, 0, bytes);
-  }
-  ~DeviceBuffer() { cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 // The CUDA trainer with its own device slabs: FP32 master, gradients and moments, the
 // working copy and the KL reference in `dtype`, as the colocated memory holds them.

@@ -14,11 +14,8 @@ void CpuRowSampler::launch(const Tensor& logits) {
   const int64_t vocab = logits.shape[1];
   results_.resize(rows_.size());
   for (size_t r = 0; r < rows_.size(); ++r) {
-    SamplingParams params;
-    params.temperature = rows_[r].temperature;
-    params.top_k = rows_[r].top_k;
-    params.top_p = rows_[r].top_p;
-    results_[r] = sampler_.sample(std::span<const float>(logits.ptr<float>() + r * vocab, vocab), params, rows_[r].u);
+    results_[r] = sampler_.sample(std::span<const float>(logits.ptr<float>() + r * vocab, vocab), rows_[r].params(),
+                                  rows_[r].u);
   }
 }
 

@@ -9,9 +9,7 @@ void CudaRowSampler::stage(std::span<const SampleRow> rows) {
   params_.resize(rows.size());
   draws_.resize(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
-    params_[r].temperature = rows[r].temperature;
-    params_[r].top_k = rows[r].top_k;
-    params_[r].top_p = rows[r].top_p;
+    params_[r] = rows[r].params();
     draws_[r] = rows[r].u;
   }
   sampler_.stage(params_, draws_, stream_);

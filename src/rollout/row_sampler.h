@@ -19,6 +19,14 @@ struct SampleRow {
   int top_k = 0;
   float top_p = 1;
   double u = 0;  // the request's uniform draw in [0, 1); unused when greedy
+
+  SamplingParams params() const {
+    SamplingParams params;
+    params.temperature = temperature;
+    params.top_k = top_k;
+    params.top_p = top_p;
+    return params;
+  }
 };
 
 class RowSampler {

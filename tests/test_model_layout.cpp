@@ -8,24 +8,8 @@ using namespace tandem;
 
 namespace {
 
-ModelConfig qwen3_0_6b() {
-  ModelConfig config;
-  config.arch = Architecture::Qwen3;
-  config.layers = 28;
-  config.hidden = 1024;
-  config.heads = 16;
-  config.kv_heads = 8;
-  config.head_dim = 128;
-  config.intermediate = 3072;
-  config.vocab = 151936;
-  config.rope_theta = 1e6;
-  config.qk_norm = true;
-  config.tie_embeddings = true;
-  return config;
-}
-
 TEST(ModelLayout, Qwen3SmallHasItsPublishedParameterCount) {
-  const ParameterLayout layout(qwen3_0_6b());
+  const ParameterLayout layout(ModelConfig::qwen3_0_6b());
   // Qwen3-0.6B: 0.6B parameters, 0.44B without the (tied) embedding.
   EXPECT_EQ(layout.parameter_count(), 596049920);
   EXPECT_EQ(layout.parameter_count() - 151936LL * 1024, 440467456);
@@ -34,7 +18,7 @@ TEST(ModelLayout, Qwen3SmallHasItsPublishedParameterCount) {
 }
 
 TEST(ModelLayout, NamesShapesAndOffsetsFollowHuggingFace) {
-  ModelConfig config = qwen3_0_6b();
+  ModelConfig config = ModelConfig::qwen3_0_6b();
   config.layers = 1;
   config.vocab = 1000;
   config.tie_embeddings = false;
@@ -74,7 +58,7 @@ TEST(ModelLayout, NamesShapesAndOffsetsFollowHuggingFace) {
 }
 
 TEST(ModelLayout, BindGivesViewsIntoTheSlabAndTiesTheHead) {
-  ModelConfig config = qwen3_0_6b();
+  ModelConfig config = ModelConfig::qwen3_0_6b();
   config.layers = 2;
   config.vocab = 64;
   config.hidden = 32;
@@ -98,7 +82,7 @@ TEST(ModelLayout, BindGivesViewsIntoTheSlabAndTiesTheHead) {
 // The engine's one-GEMM q|k|v and gate|up rest on this: views, no copies, and nothing
 // stacked across a bias, an alignment gap or out of layout order.
 TEST(ModelLayout, StackedWeightsSeeProjectionsThatLieEndToEndAsOneMatrix) {
-  ModelConfig config = qwen3_0_6b();
+  ModelConfig config = ModelConfig::qwen3_0_6b();
   config.layers = 1;
   config.vocab = 64;
   const ParameterLayout layout(config);
@@ -137,7 +121,7 @@ TEST(ModelLayout, StackedWeightsSeeProjectionsThatLieEndToEndAsOneMatrix) {
 }
 
 TEST(ModelLayout, InvalidConfigsAreRefusedByField) {
-  ModelConfig config = qwen3_0_6b();
+  ModelConfig config = ModelConfig::qwen3_0_6b();
   config.kv_heads = 3;
   try {
     ParameterLayout{config};
@@ -145,14 +129,14 @@ TEST(ModelLayout, InvalidConfigsAreRefusedByField) {
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("num_key_value_heads (3)"), std::string::npos) << error.what();
   }
-  config = qwen3_0_6b();
+  config = ModelConfig::qwen3_0_6b();
   config.head_dim = 7;
   EXPECT_THROW(ParameterLayout{config}, std::invalid_argument);
 }
 
 // The per-token figure documented in model/activations.h, counted independently.
 TEST(ModelLayout, ActivationMemoryIsLinearInTokensAsDocumented) {
-  const ModelConfig config = qwen3_0_6b();
+  const ModelConfig config = ModelConfig::qwen3_0_6b();
   const int64_t C = config.hidden, I = config.intermediate, V = config.vocab, H = config.heads, KV = config.kv_heads;
   const int64_t QD = config.q_dim(), KD = config.kv_dim();
   const int64_t stored_per_layer = 2 * C + QD + 2 * KD + QD + 2 * I;
@@ -166,7 +150,7 @@ TEST(ModelLayout, ActivationMemoryIsLinearInTokensAsDocumented) {
 }
 
 TEST(ModelLayout, ActivationsRefuseAnUnalignedSlabOrNoCapacity) {
-  ModelConfig config = qwen3_0_6b();
+  ModelConfig config = ModelConfig::qwen3_0_6b();
   config.layers = 1;
   alignas(256) static std::byte storage[16];
   EXPECT_THROW(Activations::bind(config, {0, 0}, nullptr, DType::F32), std::invalid_argument);

@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "bench_args.h"
-#include "qwen3_0_6b.h"
+#include "random_weights.h"
 #include "rollout/engine.h"
 #include "tensor/bf16.h"
 #include "tensor/memory_pool.h"
@@ -29,7 +29,7 @@
 using namespace tandem;
 
 int main(int argc, char** argv) {
-  const ModelConfig config = qwen3_0_6b_config(arg_int(argc, argv, "--layers", 28));
+  const ModelConfig config = ModelConfig::qwen3_0_6b(arg_int(argc, argv, "--layers", 28));
   const int batch = arg_int(argc, argv, "--batch", 256);
   const int prompt_tokens = arg_int(argc, argv, "--prompt", 128);
   const int new_tokens = arg_int(argc, argv, "--new", 256);

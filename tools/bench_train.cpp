@@ -25,7 +25,7 @@
 #include "model/cross_entropy.h"
 #include "model/transformer.h"
 #include "bench_args.h"
-#include "qwen3_0_6b.h"
+#include "random_weights.h"
 #include "tensor/memory_pool.h"
 #include "world/table.h"
 
@@ -43,7 +43,7 @@ void check(cudaError_t status, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const ModelConfig config = qwen3_0_6b_config(arg_int(argc, argv, "--layers", 28));
+  const ModelConfig config = ModelConfig::qwen3_0_6b(arg_int(argc, argv, "--layers", 28));
   const int sequences = arg_int(argc, argv, "--sequences", 8);
   const int length = arg_int(argc, argv, "--length", 1024);
   const int steps = arg_int(argc, argv, "--steps", 10);

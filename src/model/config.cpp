@@ -125,6 +125,24 @@ void parse_rope(const json& root, const Reader& top, const std::string& origin, 
 
 }  // namespace
 
+ModelConfig ModelConfig::qwen3_0_6b(int layers) {
+  ModelConfig config;
+  config.arch = Architecture::Qwen3;
+  config.layers = layers;
+  config.hidden = 1024;
+  config.heads = 16;
+  config.kv_heads = 8;
+  config.head_dim = 128;
+  config.intermediate = 3072;
+  config.vocab = 151936;
+  config.rope_theta = 1000000;
+  config.rms_eps = 1e-6;
+  config.qk_norm = true;
+  config.tie_embeddings = true;
+  config.max_position = 40960;
+  return config;
+}
+
 ModelConfig ModelConfig::from_hf_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open the model config");

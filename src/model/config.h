@@ -47,6 +47,9 @@ struct ModelConfig {
   // for unsupported architectures, rope types, activations or layouts.
   static ModelConfig from_hf_json(const std::filesystem::path& path);
   static ModelConfig from_hf_json_text(const std::string& text, const std::string& origin);
+  // The Qwen3-0.6B shape (tied embeddings, q/k norm), with `layers` of its 28: what the
+  // benchmarks measure and the layout tests count.
+  static ModelConfig qwen3_0_6b(int layers = 28);
 
   // config.json for transformers >= 5 (rope_parameters) that older versions also read
   // (top-level rope_theta). `dtype` is the safetensors code of the exported weights.

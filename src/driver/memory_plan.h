@@ -1,0 +1,58 @@
+// The memory plan of a colocated rank: the device and host peak of every phase of the
+// step for the chosen mode, predicted before the first handoff by replaying the handoff
+// plans (the executor's own handoff_operations) over the pool's allocations, as laid out
+// from the model and the deck. The start-up table prints it, the end-of-run table sets it
+// beside the measured peaks (PhaseMemory), and a host peak above memory.host-limit stops
+// the job before the first pinned host buffer is allocated.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "driver/handoff_plan.h"
+#include "driver/phase_memory.h"
+#include "tensor/memory_pool.h"
+
+namespace tandem {
+
+// Memory outside the pool when the plan is made: on the device, the CUDA context and
+// libraries; on the host, the process's own resident set. Added to the pool's bytes to
+// predict cudaMemGetInfo and the resident set.
+struct MemoryBaseline {
+  size_t device_other = 0, host_other = 0;
+};
+MemoryBaseline measure_baseline(const MemoryPool& pool);
+
+struct PhasePrediction {
+  std::string phase;  // startup, rollout, after_generate, train, before_sync
+  PhasePeak peak;     // device_used = 0 on the CPU backend
+};
+
+class MemoryPlan {
+ public:
+  // Replays start-up (the start-up and first before-sync plans), then steps until the
+  // pinned host cache is steady; the last step's phases are the prediction.
+  MemoryPlan(const std::vector<const Allocation*>& allocations, const HandoffConfig& config, Device device,
+             bool pinned_host_cache, MemoryBaseline baseline);
+
+  const std::vector<PhasePrediction>& phases() const { return phases_; }
+  // The phase with the largest predicted resident set.
+  const PhasePrediction& host_peak() const;
+  // Bytes the copy transport's derived copies would cost each offload if they were copied.
+  size_t derived_bytes() const { return derived_bytes_; }
+
+  std::string table() const;
+  // Predicted beside the largest measured peak of each phase; a ratio per figure.
+  std::string comparison(const std::map<std::string, PhasePeak>& measured) const;
+
+ private:
+  std::vector<PhasePrediction> phases_;
+  Device device_;
+  size_t derived_bytes_ = 0;
+};
+
+// The host memory a rank may use: memory.host-limit, else the cgroup's limit or MemTotal.
+size_t host_limit_bytes(size_t deck_value);
+
+}  // namespace tandem

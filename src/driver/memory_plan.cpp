@@ -140,7 +140,10 @@ std::string MemoryPlan::table() const {
                     device_ == Device::CUDA ? format_bytes(static_cast<double>(p.peak.device_used)) : "-",
                     format_bytes(static_cast<double>(p.peak.host_pool)), format_bytes(static_cast<double>(p.peak.host_rss))});
   return "memory plan (predicted peaks per phase)\n" +
-         format_table({"phase", "device pool", "device used", "host pool", "host resident"}, rows);
+         format_table({"phase", "device pool", "device used", "host pool", "host resident"}, rows) +
+         "derived copies dropped instead of offloaded: " + format_bytes(static_cast<double>(derived_bytes_)) +
+         " per offload (with them the handoff would move " + format_bytes(2.0 * static_cast<double>(derived_bytes_)) +
+         " more per step)\n";
 }
 
 std::string MemoryPlan::comparison(const std::map<std::string, PhasePeak>& measured) const {

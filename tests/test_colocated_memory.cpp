@@ -1,9 +1,10 @@
 // The colocated rank's memory through whole steps, on the CPU pool with the pinned host
-// cache on (as a job runs): a model big enough that the copies dominate (~14 M
-// parameters, so the host and device figures are the slabs'), every peak mode x rollout
-// level x weight transport. Checks what each mode promises, at every handoff point and at
-// start-up: where the peaks land, that the engine reads the trainer's weights after every
-// sync, and that the alias transport moves nothing.
+// cache on (as a job runs), with a model big enough that the copies dominate (~11 M
+// parameters, so the host and device figures are the slabs'): every peak mode x rollout
+// level with the copy transport, and both modes with alias (whose weights never move).
+// Checks what each mode promises, at every handoff point and at start-up: where the
+// peaks land, that the engine reads the trainer's weights after every sync, and that the
+// alias transport moves nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,10 +20,10 @@ using namespace tandem;
 
 namespace {
 
-// One Qwen3-0.6B layer with a 4096-token vocabulary: 14 M parameters, 56 MB a FP32 slab.
-ModelConfig fourteen_million_parameters() {
+// One Qwen3-0.6B layer with a 2048-token vocabulary: 11.5 M parameters, 46 MB a FP32 slab.
+ModelConfig eleven_million_parameters() {
   ModelConfig config = ModelConfig::qwen3_0_6b(1);
-  config.vocab = 4096;
+  config.vocab = 2048;
   config.intermediate = 1024;
   return config;
 }
@@ -40,7 +41,7 @@ std::string describe(const Case& c) {
 
 // Start-up, then steps of rollout / after-generate / train / before-sync, as run_job does.
 struct ColocatedRun {
-  const ModelConfig config = fourteen_million_parameters();
+  const ModelConfig config = eleven_million_parameters();
   const ParameterLayout layout{config};
   std::unique_ptr<MemoryPool> pool = MemoryPool::create(Device::CPU);
   HandoffConfig handoff;
@@ -106,9 +107,10 @@ struct ColocatedRun {
 std::vector<Case> every_case() {
   std::vector<Case> cases;
   for (PeakDevice mode : {PeakDevice::Cpu, PeakDevice::Gpu})
-    for (int level = 1; level < 4; ++level)
-      for (TransportKind transport : {TransportKind::Copy, TransportKind::Alias})
-        cases.push_back({mode, (level & 1) != 0, (level & 2) != 0, transport});
+  {
+    for (int level = 1; level < 4; ++level) cases.push_back({mode, (level & 1) != 0, (level & 2) != 0, TransportKind::Copy});
+    cases.push_back({mode, true, true, TransportKind::Alias});
+  }
   return cases;
 }
 

@@ -146,7 +146,7 @@ std::string MemoryPlan::table() const {
          " more per step)\n";
 }
 
-std::string MemoryPlan::comparison(const std::map<std::string, PhasePeak>& measured) const {
+std::string MemoryPlan::comparison(const std::map<std::string, PhasePeak>& measured, size_t derived_not_copied) const {
   std::vector<std::vector<std::string>> rows;
   for (const PhasePrediction& p : phases_) {
     const auto found = measured.find(p.phase);
@@ -161,7 +161,9 @@ std::string MemoryPlan::comparison(const std::map<std::string, PhasePeak>& measu
                     pair(p.peak.host_pool, m.host_pool), pair(p.peak.host_rss, m.host_rss)});
   }
   return "memory: predicted / measured peak (measured / predicted)\n" +
-         format_table({"phase", "device pool", "device used", "host pool", "host resident"}, rows);
+         format_table({"phase", "device pool", "device used", "host pool", "host resident"}, rows) +
+         "derived copies not copied per offload: predicted " + format_bytes(static_cast<double>(derived_bytes_)) +
+         ", measured " + format_bytes(static_cast<double>(derived_not_copied)) + "\n";
 }
 
 MemoryBaseline measure_baseline(const MemoryPool& pool) {

@@ -43,8 +43,9 @@ class MemoryPlan {
   size_t derived_bytes() const { return derived_bytes_; }
 
   std::string table() const;
-  // Predicted beside the largest measured peak of each phase; a ratio per figure.
-  std::string comparison(const std::map<std::string, PhasePeak>& measured) const;
+  // Predicted beside the largest measured peak of each phase, a ratio per figure, and the
+  // derived bytes an offload did not copy (measured: the pages the pool unmapped).
+  std::string comparison(const std::map<std::string, PhasePeak>& measured, size_t derived_not_copied) const;
 
  private:
   std::vector<PhasePrediction> phases_;

@@ -243,6 +243,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   }
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
   std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
+  size_t derived_not_copied = 0;  // by one offload of the trainer
   PhaseMemory phase_memory(*pool);
   std::string last_checkpoint;
   while (step < last_step) {
@@ -357,6 +358,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     for (const auto& [phase, peak] : {std::pair<const char*, const PhasePeak&>{"rollout", rollout_peak}, {"after_generate", to_train.peak},
                                       {"train", train_peak}, {"before_sync", to_rollout.peak}})
       keep_largest(measured[phase], peak);
+    derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
@@ -376,7 +378,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   set_log_step(-1);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
-  TLOG(info) << "run complete\n" << table << plan.comparison(measured) << "outputs:\n  log         " << (folder / "tandem.log").string()
+  TLOG(info) << "run complete\n" << table << plan.comparison(measured, derived_not_copied) << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
   return 0;

@@ -15,6 +15,7 @@
 
 #include "driver/colocated_memory.h"
 #include "driver/handoff_plan.h"
+#include "driver/memory_plan.h"
 #include "driver/phase_memory.h"
 #include "tensor/device_copy.h"
 
@@ -51,6 +52,7 @@ struct ColocatedRun {
   std::vector<SyncReport> syncs;
   std::vector<float> weights;  // what the trainer's master weights hold
   PhasePeak startup;
+  std::unique_ptr<MemoryPlan> plan;  // made once every buffer is laid out, as run_job does
   std::vector<HandoffReport> handoffs;  // every point after start-up
 
   ColocatedRun(const Case& c, Device device) : pool(MemoryPool::create(device)) {
@@ -72,6 +74,7 @@ struct ColocatedRun {
     copy_host_to_tensor(memory->master(), weights.data());
     copy_host_to_tensor(slab(reference), weights.data());
     memory->rebuild_working();
+    plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, MemoryBaseline{});
     executor = std::make_unique<HandoffExecutor>(
         *pool, handoff, [this] { return syncs.emplace_back(memory->sync_weights()); },
         [this](const std::vector<std::string>& names) { memory->rebuild(names); });
@@ -162,6 +165,20 @@ inline void expect_every_mode_level_and_transport_keeps_its_promise(Device devic
         EXPECT_EQ(sync.bytes, 2 * run.layout.slab_bytes(DType::F32));
     }
     if (c.transport == TransportKind::Alias) EXPECT_EQ(run.memory->engine_weights().data, run.memory->working().data);
+
+    // The plan predicts the pool's peaks of every phase exactly (the second step's).
+    const auto predicted = [&](const std::string& phase) {
+      for (const PhasePrediction& p : run.plan->phases())
+        if (p.phase == phase) return p.peak;
+      ADD_FAILURE() << "no phase " << phase;
+      return PhasePeak{};
+    };
+    const std::pair<std::string, PhasePeak> measured[] = {
+        {"startup", run.startup}, {"after_generate", run.handoffs[2].peak}, {"before_sync", run.handoffs[3].peak}};
+    for (const auto& [phase, peak] : measured) {
+      EXPECT_EQ(predicted(phase).device_pool, peak.device_pool) << phase;
+      EXPECT_EQ(predicted(phase).host_pool, peak.host_pool) << phase;
+    }
 
     // Derived copies are dropped, never copied; only the copy transport has one.
     for (const HandoffReport& report : run.handoffs)

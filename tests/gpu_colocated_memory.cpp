@@ -9,6 +9,6 @@ using namespace tandem;
 
 TEST(ColocatedMemoryGpu, EveryModeLevelAndTransportKeepsItsPromise) {
   REQUIRE_GPU();
-  testing::expect_every_mode_level_and_transport_keeps_its_promise(Device::CUDA);
+  tandem::testing::expect_every_mode_level_and_transport_keeps_its_promise(Device::CUDA);
 }
 #endif

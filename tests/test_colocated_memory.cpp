@@ -4,5 +4,5 @@
 using namespace tandem;
 
 TEST(ColocatedMemory, EveryModeLevelAndTransportKeepsItsPromise) {
-  testing::expect_every_mode_level_and_transport_keeps_its_promise(Device::CPU);
+  tandem::testing::expect_every_mode_level_and_transport_keeps_its_promise(Device::CPU);
 }

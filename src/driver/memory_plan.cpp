@@ -21,6 +21,7 @@ class Ledger {
       if (allocation->residency == Residency::Offloaded) host_in_use_ += allocation->mapped_bytes;
     }
     host_ = host_in_use_;
+    begin_phase();
   }
 
   void begin_phase() { peak_ = {device_, host_}; }
@@ -105,10 +106,14 @@ MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const 
     for (HandoffAction action : handoff_plan(config.peak_device, point))
       for (const TagOperation& operation : handoff_operations(action, config)) ledger.apply(operation);
   };
+  const size_t laid_out = ledger.phase_peak().device;
   ledger.begin_phase();
   run(HandoffPoint::Startup);
   run(HandoffPoint::BeforeSync);
   phases_.push_back(predicted("startup"));
+  // The weights are staged on the host before the first handoff pins anything.
+  size_t& startup_rss = phases_.back().peak.host_rss;
+  startup_rss = std::max(startup_rss, baseline.host_other + baseline.startup_staging + (device == Device::CPU ? laid_out : 0));
   // Two steps: the second one starts with the host buffers the first one left.
   std::vector<PhasePrediction> step;
   for (int s = 0; s < 2; ++s) {

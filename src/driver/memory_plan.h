@@ -21,6 +21,7 @@ namespace tandem {
 // predict cudaMemGetInfo and the resident set.
 struct MemoryBaseline {
   size_t device_other = 0, host_other = 0;
+  size_t startup_staging = 0;  // host bytes start-up holds for a moment: the weights being loaded
 };
 MemoryBaseline measure_baseline(const MemoryPool& pool);
 

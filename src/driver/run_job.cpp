@@ -166,6 +166,15 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")));
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
+  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
+  for (Tag tag : deferred) pool->set_deferred(tag, false);
+  // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
+  // memory yet: predict, and refuse a plan the host cannot hold.
+  MemoryBaseline baseline = measure_baseline(*pool);
+  baseline.startup_staging = layout.slab_bytes(DType::F32);
+  const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
+  TLOG(info) << "\n" << plan.table();
+  check_host_limit(plan, deck, comm);
 
   // Restart: the newest complete checkpoint of this run, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
@@ -218,14 +227,6 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     }
   }
 
-  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
-  for (Tag tag : deferred) pool->set_deferred(tag, false);
-  // Every buffer is laid out and no host buffer is pinned yet: predict, and refuse a plan
-  // the host cannot hold.
-  const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache,
-                        measure_baseline(*pool));
-  TLOG(info) << "\n" << plan.table();
-  check_host_limit(plan, deck, comm);
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");

@@ -98,17 +98,26 @@ void add_memory_metrics(MetricValues& metrics, const MemoryStats& stats) {
   }
 }
 
-// Exit 2 on every rank alike (the ranks' predictions differ by their baselines).
+// The ranks of a node share its host memory: their predicted peaks add up against the
+// limit. Exit 2 on every rank alike.
 void check_host_limit(const MemoryPlan& plan, const Deck& deck, MPI_Comm comm) {
   const size_t limit = host_limit_bytes(deck.get<Bytes>("memory.host-limit").value);
   const PhasePrediction& top = plan.host_peak();
-  unsigned long long over = top.peak.host_rss > limit ? top.peak.host_rss : 0;
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  unsigned long long on_node = top.peak.host_rss;
+  int ranks_on_node = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
+  MPI_Comm_size(node, &ranks_on_node);
+  MPI_Comm_free(&node);
+  unsigned long long over = on_node > limit ? on_node : 0;
   MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
   if (over == 0) return;
   throw DeckError(deck.source("memory.host-limit"), "memory.host-limit",
                   "the memory plan's host peak is " + std::to_string(over) + " bytes (" +
-                      format_bytes(static_cast<double>(over)) + ", phase " + top.phase + ", resident set of a rank)" +
-                      ", above the limit of " + std::to_string(limit) + " bytes (" + format_bytes(static_cast<double>(limit)) +
+                      format_bytes(static_cast<double>(over)) + ", phase " + top.phase + ", resident sets of the " +
+                      std::to_string(ranks_on_node) + " ranks of a node), above the limit of " + std::to_string(limit) +
+                      " bytes (" + format_bytes(static_cast<double>(limit)) +
                       "); raise memory.host-limit, or lower the host peak (colocate-memory-peak-device = gpu, "
                       "sync.transport = alias, offload-train = false)");
 }

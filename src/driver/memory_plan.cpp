@@ -182,6 +182,27 @@ MemoryBaseline measure_baseline(const MemoryPool& pool) {
   return baseline;
 }
 
-size_t host_limit_bytes(size_t deck_value) { return deck_value > 0 ? deck_value : host_memory_limit(); }
+void check_host_limit(const MemoryPlan& plan, size_t limit, const Source& limit_source, MPI_Comm comm) {
+  if (limit == 0) limit = host_memory_limit();
+  const PhasePrediction& top = plan.host_peak();
+  // The ranks of a node share its host memory: their peaks add up.
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  unsigned long long on_node = top.peak.host_rss;
+  int ranks_on_node = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
+  MPI_Comm_size(node, &ranks_on_node);
+  MPI_Comm_free(&node);
+  unsigned long long over = on_node > limit ? on_node : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  if (over == 0) return;
+  throw DeckError(limit_source, "memory.host-limit",
+                  "the memory plan's host peak is " + std::to_string(over) + " bytes (" +
+                      format_bytes(static_cast<double>(over)) + ", phase " + top.phase + ", resident sets of the " +
+                      std::to_string(ranks_on_node) + " ranks of a node), above the limit of " + std::to_string(limit) +
+                      " bytes (" + format_bytes(static_cast<double>(limit)) +
+                      "); raise memory.host-limit, or lower the host peak (colocate-memory-peak-device = gpu, "
+                      "sync.transport = alias, offload-train = false)");
+}
 
 }  // namespace tandem

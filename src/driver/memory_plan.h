@@ -5,11 +5,14 @@
 // beside the measured peaks (PhaseMemory), and a host peak above memory.host-limit stops
 // the job before the first pinned host buffer is allocated.
 #pragma once
+#include <mpi.h>
+
 #include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "deck/deck_error.h"
 #include "driver/handoff_plan.h"
 #include "driver/phase_memory.h"
 #include "tensor/memory_pool.h"
@@ -54,7 +57,9 @@ class MemoryPlan {
   size_t derived_bytes_ = 0;
 };
 
-// The host memory a rank may use: memory.host-limit, else the cgroup's limit or MemTotal.
-size_t host_limit_bytes(size_t deck_value);
+// Throws DeckError (exit 2) on every rank alike when the ranks of a node together are
+// predicted to need more host memory than `limit` (memory.host-limit; 0: the cgroup's
+// limit, else MemTotal). Collective.
+void check_host_limit(const MemoryPlan& plan, size_t limit, const Source& limit_source, MPI_Comm comm);
 
 }  // namespace tandem

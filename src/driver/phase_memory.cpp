@@ -7,6 +7,11 @@
 
 namespace tandem {
 
+PhasePeak largest(const PhasePeak& a, const PhasePeak& b) {
+  return {std::max(a.device_pool, b.device_pool), std::max(a.device_used, b.device_used),
+          std::max(a.host_pool, b.host_pool), std::max(a.host_rss, b.host_rss)};
+}
+
 PhaseMemory::PhaseMemory(MemoryPool& pool) : pool_(pool) {}
 
 PhaseMemory::~PhaseMemory() {

@@ -17,6 +17,9 @@ struct PhasePeak {
   size_t host_pool = 0, host_rss = 0;
 };
 
+// Figure by figure, the larger of two peaks.
+PhasePeak largest(const PhasePeak& a, const PhasePeak& b);
+
 class PhaseMemory {
  public:
   explicit PhaseMemory(MemoryPool& pool);

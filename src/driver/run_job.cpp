@@ -10,7 +10,6 @@
 #include <sstream>
 #include <utility>
 
-#include "deck/deck_error.h"
 #include "driver/colocated_memory.h"
 #include "driver/grpo_step.h"
 #include "driver/handoff_plan.h"
@@ -98,37 +97,6 @@ void add_memory_metrics(MetricValues& metrics, const MemoryStats& stats) {
   }
 }
 
-// The ranks of a node share its host memory: their predicted peaks add up against the
-// limit. Exit 2 on every rank alike.
-void check_host_limit(const MemoryPlan& plan, const Deck& deck, MPI_Comm comm) {
-  const size_t limit = host_limit_bytes(deck.get<Bytes>("memory.host-limit").value);
-  const PhasePrediction& top = plan.host_peak();
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  unsigned long long on_node = top.peak.host_rss;
-  int ranks_on_node = 1;
-  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
-  MPI_Comm_size(node, &ranks_on_node);
-  MPI_Comm_free(&node);
-  unsigned long long over = on_node > limit ? on_node : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
-  if (over == 0) return;
-  throw DeckError(deck.source("memory.host-limit"), "memory.host-limit",
-                  "the memory plan's host peak is " + std::to_string(over) + " bytes (" +
-                      format_bytes(static_cast<double>(over)) + ", phase " + top.phase + ", resident sets of the " +
-                      std::to_string(ranks_on_node) + " ranks of a node), above the limit of " + std::to_string(limit) +
-                      " bytes (" + format_bytes(static_cast<double>(limit)) +
-                      "); raise memory.host-limit, or lower the host peak (colocate-memory-peak-device = gpu, "
-                      "sync.transport = alias, offload-train = false)");
-}
-
-void keep_largest(PhasePeak& kept, const PhasePeak& peak) {
-  kept.device_pool = std::max(kept.device_pool, peak.device_pool);
-  kept.device_used = std::max(kept.device_used, peak.device_used);
-  kept.host_pool = std::max(kept.host_pool, peak.host_pool);
-  kept.host_rss = std::max(kept.host_rss, peak.host_rss);
-}
-
 std::string rng_state(const std::mt19937_64& rng) {
   std::ostringstream out;
   out << rng;
@@ -183,7 +151,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   baseline.startup_staging = layout.slab_bytes(DType::F32);
   const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
   TLOG(info) << "\n" << plan.table();
-  check_host_limit(plan, deck, comm);
+  check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
 
   // Restart: the newest complete checkpoint of this run, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
@@ -367,7 +335,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     add_phase_metrics(metrics, "before_sync", to_rollout.peak);
     for (const auto& [phase, peak] : {std::pair<const char*, const PhasePeak&>{"rollout", rollout_peak}, {"after_generate", to_train.peak},
                                       {"train", train_peak}, {"before_sync", to_rollout.peak}})
-      keep_largest(measured[phase], peak);
+      measured[phase] = largest(measured[phase], peak);
     derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());

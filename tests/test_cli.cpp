@@ -163,10 +163,10 @@ TEST(Cli, TwoRanksRunUnderMpirun) {
 
 // The embedded default's recipe, shortened: the supervised warm-up teaches the format,
 // then GRPO alone must raise the reward well above where the warm-up left it.
-TEST(Cli, GrpoPhaseRaisesTheReward) {
+static void expect_grpo_raises_the_reward(const std::string& extra) {
   TempDir dir;
   const auto result = run_command(tandem_cmd("--world.device=cpu --run.output-dir=" + dir.path().string() +
-                                             " --run.name=learn --run.steps=260 --sft.steps=60 --run.checkpoint-every=0"));
+                                             " --run.name=learn --run.steps=260 --sft.steps=60 --run.checkpoint-every=0" + extra));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const RunFile run = RunFile::open(dir.path() / "learn" / kRunFileName);
   const std::vector<double> reward = run.metric("reward_mean"), sft = run.metric("phase_sft");
@@ -181,6 +181,36 @@ TEST(Cli, GrpoPhaseRaisesTheReward) {
   const double start = mean(0, 5), after_sft = mean(50, 60), end = mean(240, 260);
   EXPECT_LT(start, 0.1);
   EXPECT_GT(end, after_sft + 0.08) << "warm-up left " << after_sft << ", GRPO reached " << end;
+}
+
+TEST(Cli, GrpoPhaseRaisesTheReward) { expect_grpo_raises_the_reward(""); }
+
+// Muon with the default learning rates (sft.lr 3e-3, grpo.lr 2e-3): Moonlight's scale
+// of the update lets AdamW's rates carry over.
+TEST(Cli, MuonLearnsTheEmbeddedTaskAtAdamWsLearningRates) { expect_grpo_raises_the_reward(" --optimizer.name=muon"); }
+
+// Muon's momentum is checkpoint state like AdamW's moments.
+TEST(Cli, RestartWithMuonIsBitExact) { expect_restart_is_bit_exact(" --optimizer.name=muon"); }
+
+// A checkpoint names the optimizer state it holds, so resuming under another optimizer
+// stops on the first tensor it lacks.
+TEST(Cli, CheckpointNamesTheOptimizerState) {
+  TempDir dir;
+  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "m", 2) + " --optimizer.name=muon")).exit_code, 0);
+  const Checkpoint checkpoint = Checkpoint::open(dir.path() / "m" / "ckpt_00000002.h5");
+  EXPECT_TRUE(checkpoint.has_tensor("muon.momentum.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_FALSE(checkpoint.has_tensor("adamw.exp_avg.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_FALSE(checkpoint.has_tensor("adamw.exp_avg_sq.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_TRUE(checkpoint.has_tensor("adamw.exp_avg_sq.model.embed_tokens.weight"));
+  const auto resumed = run_command(tandem_cmd(short_run(dir, "m", 4)));
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(resumed.output.find("'adamw.exp_avg.model.layers.0."), std::string::npos) << resumed.output;
+}
+
+TEST(Cli, BadBetasExitTwoNamingTheKey) {
+  const auto result = run_command(tandem_cmd("--check --optimizer.betas=0.9"));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("optimizer.betas"), std::string::npos) << result.output;
 }
 
 // Data parallelism: N ranks with P/N prompts each take the same steps as one rank with P

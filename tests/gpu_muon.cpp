@@ -23,7 +23,7 @@ namespace {
 
 // A model with wide, tall and square matrices in several layers.
 ModelConfig muon_config() {
-  ModelConfig config = testing::tiny_config(true, false, true);
+  ModelConfig config = tandem::testing::tiny_config(true, false, true);
   config.layers = 3;
   config.hidden = 128;
   config.heads = 4;
@@ -127,7 +127,7 @@ TEST(GpuMuon, NewtonSchulzInBf16LeavesSingularValuesBetweenHalfAndOneAndAHalf) {
     const Slabs out = gpu_step({group}, in, unit, nullptr);
     for (const MuonMatrix& matrix : group.matrices) {
       const int64_t rows = matrix.transposed ? group.n : group.m, cols = matrix.transposed ? group.m : group.n;
-      for (const double sigma : testing::singular_values(out.params.data() + matrix.offset, rows, cols)) {
+      for (const double sigma : tandem::testing::singular_values(out.params.data() + matrix.offset, rows, cols)) {
         EXPECT_GE(sigma, 0.5) << rows << "x" << cols << " seed " << seed;
         EXPECT_LE(sigma, 1.5) << rows << "x" << cols << " seed " << seed;
       }

@@ -90,10 +90,11 @@ TEST(Muon, MatchesThePyTorchReference) {
       muon_step_cpu(param.data(), grad.data(), momentum.data(), rows, cols, scalars, nullptr, scratch);
     }
     const std::vector<float> want_param = read(prefix + "param_after"), want_momentum = read(prefix + "momentum_after");
-    // FP32 against float64: the momentum to a few ulps, the weights to 1e-6 of the step.
+    // FP32 against float64: the momentum to FP32 rounding of its ~1e-3 terms (1e-9), the
+    // weights to 1e-5 of the step size.
     const double step_size = scalars.update_scale;
     for (size_t i = 0; i < param.size(); ++i) {
-      ASSERT_NEAR(momentum[i], want_momentum[i], 1e-6 * std::fabs(want_momentum[i]) + 1e-12) << prefix << i;
+      ASSERT_NEAR(momentum[i], want_momentum[i], 1e-6 * std::fabs(want_momentum[i]) + 1e-9) << prefix << i;
       ASSERT_NEAR(param[i], want_param[i], 1e-5 * step_size + 1e-6 * std::fabs(want_param[i])) << prefix << i;
     }
   }

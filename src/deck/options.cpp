@@ -83,6 +83,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"optimizer.eps", Double, "1e-8", "", "AdamW's epsilon", above(0)},
       {"optimizer.weight-decay", Double, "0", "", "decoupled weight decay of the 2-D matrices (AdamW's and Muon's)", at_least(0)},
       {"optimizer.momentum", Double, "0.95", "", "Muon's Nesterov momentum", between(0, 1)},
+      {"optimizer.state", Choice, "device", "", "where the optimizer state lives: device = beside the master weights (offloaded with them); disk = a file-backed shared mapping, one file per rank under state-path, whose pages the kernel writes back and reclaims (CPU backend only so far)", {}, {"device", "disk"}},
+      {"optimizer.state-path", String, "", "", "folder of the per-rank state files of state = disk, a local disk; empty = the run folder"},
   };
   return options;
 }

@@ -7,11 +7,13 @@
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 size_t kv_cache_bytes)
-    : pool_(pool), layout_(layout), working_dtype_(working_dtype) {
+                                 size_t kv_cache_bytes, float* optimizer_state)
+    : pool_(pool), layout_(layout), working_dtype_(working_dtype), optimizer_state_(optimizer_state) {
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
-  exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
-  exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
+  if (!optimizer_state) {  // state on disk is not the pool's: no handoff moves it
+    exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
+    exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
+  }
   grads_ = pool.allocate(tags::grads, layout.slab_bytes(DType::F32), "trainer.grads");
   working_ = pool.allocate(tags::derived, layout.slab_bytes(working_dtype), "trainer.working_weights");
   engine_weights_ = pool.allocate(tags::weights, layout.slab_bytes(working_dtype), "engine.weights");
@@ -25,6 +27,11 @@ ColocatedMemory::~ColocatedMemory() {
 
 Tensor ColocatedMemory::flat(const Allocation* allocation, DType dtype) const {
   return Tensor::view(allocation->ptr, dtype, pool_.device(), {layout_.slab_elements()});
+}
+
+Tensor ColocatedMemory::state_slab(int index) const {
+  return Tensor::view(optimizer_state_ + index * layout_.slab_elements(), DType::F32, Device::CPU,
+                      {layout_.slab_elements()});
 }
 
 std::vector<float> ColocatedMemory::initial_weights(const ParameterLayout& layout, uint64_t seed) {

@@ -69,7 +69,7 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"parameters", std::to_string(layout.parameter_count())});
   rows.push_back({"working dtype", dtype_name(working_dtype)});
   rows.push_back({"", ""});
-  rows.push_back({"optimizer", deck.text("optimizer.name")});
+  rows.push_back({"optimizer", deck.text("optimizer.name") + ", state on " + deck.text("optimizer.state")});
   rows.push_back({"master weights + optimizer state (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
   rows.push_back({"working + engine copies", format_bytes(2.0 * layout.slab_bytes(working_dtype))});
@@ -125,8 +125,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
   auto pool = MemoryPool::create(world->device(), std::max(world->gpu(), 0), pool_options);
+  const std::unique_ptr<OptimizerStateFile> state_file =
+      optimizer_state_file_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
-  ColocatedMemory memory(*pool, layout, working_dtype, 0);
+  ColocatedMemory memory(*pool, layout, working_dtype, 0, state_file ? static_cast<float*>(state_file->data()) : nullptr);
   HandoffExecutor handoff(*pool, handoff_config_from_deck(deck), [&] { memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
   TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
@@ -211,6 +213,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       to_train = handoff.run(HandoffPoint::AfterGenerate);
     }
     TrainStepResult trained;
+    double state_msync_seconds = 0;  // the checkpoint's msync of the state file
     {
       ScopedPhase phase(timers, "train");
       const auto start = std::chrono::steady_clock::now();
@@ -221,6 +224,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
+      if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
       if (root) {
         CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
@@ -288,6 +292,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     const ResidentMemory resident = resident_memory();  // rank 0's
     metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
     metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
+    if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);

@@ -2,6 +2,7 @@
 // the deck, built into this struct by the driver (optimizer_settings_from_deck). The
 // learning rate is not here: it comes per step from the schedules of grpo.lr and sft.lr.
 #pragma once
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,9 @@ struct OptimizerSettings {
   // tensors Muon does not take, and the weight decay serves Muon's matrices too.
   AdamWSettings adamw;
   double momentum = 0.95;  // Muon's Nesterov momentum
+  // Disk: the state lives in an OptimizerStateFile under state_path (empty: the run folder).
+  bool state_on_disk = false;
+  std::filesystem::path state_path;
 };
 
 }  // namespace tandem

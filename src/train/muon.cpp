@@ -34,9 +34,10 @@ MuonStepScalars muon_scalars(const MuonSettings& s, int64_t /*m*/, int64_t n) {
 
 namespace {
 
-// c [r, q] = a [r, k] · b [k, q] (row-major), FP32 accumulation.
+// c [r, q] = a [r, k] · b [k, q] (row-major), FP32 accumulation. Threads only for large
+// products: a small model's matrices take less time than the threads' fork and join.
 void matmul(float* c, const float* a, const float* b, int64_t r, int64_t k, int64_t q) {
-#pragma omp parallel for schedule(static) if (r * k * q >= (1 << 18))
+#pragma omp parallel for schedule(static) if (r * k * q >= (1 << 24))
   for (int64_t i = 0; i < r; ++i) {
     float* row = c + i * q;
     std::fill(row, row + q, 0.0f);

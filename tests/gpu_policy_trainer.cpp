@@ -119,7 +119,7 @@ void expect_close(const TrainStepResult& got, const TrainStepResult& want, const
 // Two GRPO steps on CUDA and on the CPU from the same weights (rounded to the working
 // dtype, so both start from the same model).
 void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances& tolerance,
-                      OptimizerKind optimizer = OptimizerKind::AdamW) {
+                      OptimizerKind optimizer = OptimizerKind::AdamW, int steps = 2) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " aggregation " + std::to_string(static_cast<int>(aggregation)));
   const ModelConfig config = gpu_config();
   std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 41);
@@ -130,7 +130,7 @@ void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances
   const PolicyLossSettings loss = tandem::testing::grpo_loss(aggregation);
   PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
   settings.optimizer.kind = optimizer;
-  for (int step = 1; step <= 2; ++step) {
+  for (int step = 1; step <= steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const TrainStepResult want = cpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
     const TrainStepResult got = gpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
@@ -160,15 +160,15 @@ TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInBf16) {
   compare_with_cpu(DType::BF16, LossAggregation::TokenMean, Tolerances{5e-2, 5e-2, 1e-1, 2.5e-1});
 }
 
-// Muon, its workspace in the activation slab: the GPU's BF16 Newton-Schulz against the
-// FP32 twin. On random matrices the two agree to 5% (tests/gpu_muon.cpp); a
-// small batch's gradients have weak directions whose BF16 rounding the iteration lifts
-// towards singular value 1, so here the updates are held to 30% and the second step's
-// log-probs, which see the first update, to 1e-2. (Bounds not yet run on a GPU: the
-// first H200 run states the measured errors.)
+// Muon, its workspace in the activation slab: one step (log-probs, loss and gradient to
+// FP32 rounding, as for AdamW), then the update of the GPU's BF16 Newton-Schulz against
+// the FP32 twin's. A small batch's gradients have weak directions whose BF16 rounding the
+// iteration lifts towards singular value 1 (random matrices agree to 5%,
+// tests/gpu_muon.cpp): the H200 measured 0.089 after two steps, held here to 0.2. A
+// second step's log-probs see that difference, so it is not compared.
 TEST(GpuPolicyTrainer, MatchesTheCpuTrainerUnderMuon) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  compare_with_cpu(DType::F32, LossAggregation::TokenMean, Tolerances{1e-2, 1e-2, 5e-2, 3e-1}, OptimizerKind::Muon);
+  compare_with_cpu(DType::F32, LossAggregation::TokenMean, Tolerances{1e-4, 1e-4, 1e-4, 2e-1}, OptimizerKind::Muon, 1);
 }
 
 // Micro-batches of at most 12 tokens (a longer sequence alone) on activations sized for

@@ -65,7 +65,13 @@ int main(int argc, char** argv) {
   Allocation* exp_avg = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg");
   Allocation* exp_avg_sq = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg_sq");
   const ActivationCapacity capacity{T, sequences};
-  Allocation* acts_slab = pool->allocate(tags::activations, Activations::slab_bytes(config, capacity, DType::BF16), "activations");
+  const bool muon = optimizer == OptimizerKind::Muon;
+  const std::vector<MuonGroup> muon_matrices = muon ? muon_groups(layout) : std::vector<MuonGroup>{};
+  // As in the trainer, Muon's workspace is the activation slab once backward is done.
+  Allocation* acts_slab = pool->allocate(
+      tags::activations,
+      std::max(Activations::slab_bytes(config, capacity, DType::BF16), MuonWorkspace::bytes_for(muon_matrices)),
+      "activations");
   Allocation* loss_slab = pool->allocate(tags::activations, static_cast<size_t>(T) * 16, "loss");
 
   {
@@ -74,10 +80,6 @@ int main(int argc, char** argv) {
   }
   CudaOps ops;
   const AdamWSettings adamw{.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-  const bool muon = optimizer == OptimizerKind::Muon;
-  const std::vector<MuonGroup> muon_matrices = muon ? muon_groups(layout) : std::vector<MuonGroup>{};
-  Allocation* muon_workspace =
-      muon ? pool->allocate(tags::activations, MuonWorkspace::bytes_for(muon_matrices), "muon workspace") : nullptr;
   cublasHandle_t cublas = nullptr;
   if (muon) {
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) check(cudaErrorUnknown, "cublasCreate");
@@ -96,7 +98,7 @@ int main(int argc, char** argv) {
     for (const MuonGroup& group : muon_matrices)
       cuda::muon_step(group, static_cast<float*>(master->ptr), static_cast<float*>(grads_slab->ptr),
                       static_cast<float*>(exp_avg->ptr), static_cast<uint16_t*>(working->ptr),
-                      muon_scalars(muon_settings, group.m, group.n), muon_workspace->ptr, cublas, ops.stream());
+                      muon_scalars(muon_settings, group.m, group.n), acts_slab->ptr, cublas, ops.stream());
   };
   optimizer_step(1);  // also writes the first BF16 working copy
 

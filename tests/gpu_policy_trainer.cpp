@@ -29,7 +29,8 @@ ModelConfig gpu_config() { return tandem::testing::gpu_sized(tandem::testing::tr
 // The CUDA trainer with its own device slabs: FP32 master, gradients and moments, the
 // working copy and the KL reference in `dtype`, as the colocated memory holds them.
 struct GpuTrainer {
-  GpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights, DType dtype)
+  GpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights, DType dtype,
+             OptimizerKind optimizer = OptimizerKind::AdamW)
       : layout(config),
         elements(layout.slab_elements()),
         master(layout.slab_bytes(DType::F32)),
@@ -38,7 +39,7 @@ struct GpuTrainer {
         exp_avg_sq(layout.slab_bytes(DType::F32)),
         working(layout.slab_bytes(dtype)),
         reference(layout.slab_bytes(dtype)),
-        activations(PolicyTrainer::activation_bytes(config, capacity, dtype)),
+        activations(PolicyTrainer::activation_bytes(config, capacity, dtype, optimizer)),
         communicator(make_nccl_communicator(MPI_COMM_SELF)),
         trainer(config, layout,
                 PolicyTrainerMemory{view(master, DType::F32), view(grads, DType::F32), view(exp_avg, DType::F32),
@@ -117,17 +118,19 @@ void expect_close(const TrainStepResult& got, const TrainStepResult& want, const
 
 // Two GRPO steps on CUDA and on the CPU from the same weights (rounded to the working
 // dtype, so both start from the same model).
-void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances& tolerance) {
+void compare_with_cpu(DType dtype, LossAggregation aggregation, const Tolerances& tolerance,
+                      OptimizerKind optimizer = OptimizerKind::AdamW, int steps = 2) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " aggregation " + std::to_string(static_cast<int>(aggregation)));
   const ModelConfig config = gpu_config();
   std::vector<float> weights = tandem::testing::trainer_weights(ParameterLayout(config), 41);
   if (dtype == DType::BF16)
     for (auto& w : weights) w = bf16_to_float(float_to_bf16(w));
   CpuTrainer cpu(config, whole_capacity(), weights);
-  GpuTrainer gpu(config, whole_capacity(), weights, dtype);
+  GpuTrainer gpu(config, whole_capacity(), weights, dtype, optimizer);
   const PolicyLossSettings loss = tandem::testing::grpo_loss(aggregation);
-  const PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
-  for (int step = 1; step <= 2; ++step) {
+  PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
+  settings.optimizer.kind = optimizer;
+  for (int step = 1; step <= steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const TrainStepResult want = cpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
     const TrainStepResult got = gpu.trainer.grpo_step(batch(step), loss, 1e-2, step, settings);
@@ -155,6 +158,17 @@ TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInF32) {
 TEST(GpuPolicyTrainer, MatchesTheCpuTrainerInBf16) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
   compare_with_cpu(DType::BF16, LossAggregation::TokenMean, Tolerances{5e-2, 5e-2, 1e-1, 2.5e-1});
+}
+
+// Muon, its workspace in the activation slab: one step (log-probs, loss and gradient to
+// FP32 rounding, as for AdamW), then the update of the GPU's BF16 Newton-Schulz against
+// the FP32 twin's. A small batch's gradients have weak directions whose BF16 rounding the
+// iteration lifts towards singular value 1 (random matrices agree to 5%,
+// tests/gpu_muon.cpp): the H200 measured 0.089 after two steps, held here to 0.2. A
+// second step's log-probs see that difference, so it is not compared.
+TEST(GpuPolicyTrainer, MatchesTheCpuTrainerUnderMuon) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  compare_with_cpu(DType::F32, LossAggregation::TokenMean, Tolerances{1e-4, 1e-4, 1e-4, 2e-1}, OptimizerKind::Muon, 1);
 }
 
 // Micro-batches of at most 12 tokens (a longer sequence alone) on activations sized for

@@ -99,7 +99,7 @@ inline int64_t longest_sequence(const std::vector<TrainSequence>& batch) {
 // apart by 2 lr.
 inline PolicyTrainerSettings trainer_settings(int64_t micro_batch_tokens) {
   PolicyTrainerSettings settings;
-  settings.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-3, .weight_decay = 0.01};
+  settings.optimizer.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-3, .weight_decay = 0.01};
   settings.max_grad_norm = 1.0;
   settings.temperature = 0.9f;
   settings.logprob_chunk = 7;

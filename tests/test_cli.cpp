@@ -100,6 +100,19 @@ TEST(Cli, SamplesCarryRolloutAndTrainLogprobs) {
   EXPECT_GT(tokens, samples.size());
 }
 
+static void expect_same_tensors(const Checkpoint& a, const Checkpoint& b) {
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& info : a.tensors()) {
+    std::vector<float> x(64 * 1024), y(64 * 1024);
+    int64_t n = 1;
+    for (auto extent : info.shape) n *= extent;
+    x.resize(n), y.resize(n);
+    a.read_tensor(info.name, Tensor::view(x.data(), info.dtype, Device::CPU, info.shape));
+    b.read_tensor(info.name, Tensor::view(y.data(), info.dtype, Device::CPU, info.shape));
+    EXPECT_EQ(x, y) << info.name;
+  }
+}
+
 // Runs the same deck uninterrupted and as two jobs (4 steps, then a restart for the last
 // 2); the restart must be bit-exact: same metrics, same final checkpoint. Returns the
 // prompt groups each step drew.
@@ -122,16 +135,7 @@ static std::vector<double> expect_restart_is_bit_exact(const std::string& extra)
   const Checkpoint b = Checkpoint::open(dir.path() / "split" / "ckpt_00000006.h5");
   EXPECT_EQ(a.rng_states(), b.rng_states());
   EXPECT_EQ(a.data_cursor(), b.data_cursor());
-  EXPECT_EQ(a.tensors().size(), b.tensors().size());
-  for (const auto& info : a.tensors()) {
-    std::vector<float> x(64 * 1024), y(64 * 1024);
-    int64_t n = 1;
-    for (auto extent : info.shape) n *= extent;
-    x.resize(n), y.resize(n);
-    a.read_tensor(info.name, Tensor::view(x.data(), info.dtype, Device::CPU, info.shape));
-    b.read_tensor(info.name, Tensor::view(y.data(), info.dtype, Device::CPU, info.shape));
-    EXPECT_EQ(x, y) << info.name;
-  }
+  expect_same_tensors(a, b);
   // The cursor counts the prompts drawn so far: no step reuses another's prompts.
   const std::vector<double> drawn = whole.metric("sampling/drawn_groups"), cursor = whole.metric("data_cursor");
   double sum = 0;
@@ -163,24 +167,99 @@ TEST(Cli, TwoRanksRunUnderMpirun) {
 
 // The embedded default's recipe, shortened: the supervised warm-up teaches the format,
 // then GRPO alone must raise the reward well above where the warm-up left it.
-TEST(Cli, GrpoPhaseRaisesTheReward) {
+static void expect_grpo_raises_the_reward(const std::string& extra, size_t steps, size_t sft_steps) {
   TempDir dir;
   const auto result = run_command(tandem_cmd("--world.device=cpu --run.output-dir=" + dir.path().string() +
-                                             " --run.name=learn --run.steps=260 --sft.steps=60 --run.checkpoint-every=0"));
+                                             " --run.name=learn --run.steps=" + std::to_string(steps) + " --sft.steps=" +
+                                             std::to_string(sft_steps) + " --run.checkpoint-every=0" + extra));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const RunFile run = RunFile::open(dir.path() / "learn" / kRunFileName);
   const std::vector<double> reward = run.metric("reward_mean"), sft = run.metric("phase_sft");
-  ASSERT_EQ(reward.size(), 260u);
-  EXPECT_EQ(sft[59], 1.0);
-  EXPECT_EQ(sft[60], 0.0);
+  ASSERT_EQ(reward.size(), steps);
+  EXPECT_EQ(sft[sft_steps - 1], 1.0);
+  EXPECT_EQ(sft[sft_steps], 0.0);
   auto mean = [&](size_t from, size_t to) {
     double sum = 0;
     for (size_t i = from; i < to; ++i) sum += reward[i];
     return sum / static_cast<double>(to - from);
   };
-  const double start = mean(0, 5), after_sft = mean(50, 60), end = mean(240, 260);
+  const double start = mean(0, 5), after_sft = mean(sft_steps - 10, sft_steps), end = mean(steps - 20, steps);
   EXPECT_LT(start, 0.1);
   EXPECT_GT(end, after_sft + 0.08) << "warm-up left " << after_sft << ", GRPO reached " << end;
+}
+
+TEST(Cli, GrpoPhaseRaisesTheReward) { expect_grpo_raises_the_reward("", 260, 60); }
+
+// Muon with the default learning rates (sft.lr 3e-3, grpo.lr 2e-3): Moonlight's scale
+// of the update lets AdamW's rates carry over. It learns faster (the 260-step recipe:
+// reward 0.54 after the 60 warm-up steps, ~0.9 at the end), so a shorter run does.
+TEST(Cli, MuonLearnsTheEmbeddedTaskAtAdamWsLearningRates) {
+  expect_grpo_raises_the_reward(" --optimizer.name=muon", 130, 30);
+}
+
+// Muon's momentum is checkpoint state like AdamW's moments.
+TEST(Cli, RestartWithMuonIsBitExact) { expect_restart_is_bit_exact(" --optimizer.name=muon"); }
+
+// Every optimizer x state combination restarts bit-exact (AdamW on the device above).
+TEST(Cli, RestartWithStateOnDiskIsBitExact) { expect_restart_is_bit_exact(" --optimizer.state=disk"); }
+TEST(Cli, RestartWithMuonAndStateOnDiskIsBitExact) {
+  expect_restart_is_bit_exact(" --optimizer.name=muon --optimizer.state=disk");
+}
+
+// optimizer.state = disk: the same run as with the state beside the weights, bit for bit;
+// the state file is gone at the end and the run file has the resident-memory figures.
+TEST(Cli, StateOnDiskGivesTheSameRunBitForBit) {
+  TempDir dir;
+  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "device", 4) + " --optimizer.name=muon")).exit_code, 0);
+  const auto disk = run_command(tandem_cmd(short_run(dir, "disk", 4) + " --optimizer.name=muon --optimizer.state=disk"));
+  ASSERT_EQ(disk.exit_code, 0) << disk.output;
+  const RunFile a = RunFile::open(dir.path() / "device" / kRunFileName);
+  const RunFile b = RunFile::open(dir.path() / "disk" / kRunFileName);
+  for (const char* metric : {"reward_mean", "loss", "grad_norm"}) EXPECT_EQ(a.metric(metric), b.metric(metric)) << metric;
+  expect_same_tensors(Checkpoint::open(dir.path() / "device" / "ckpt_00000004.h5"),
+                      Checkpoint::open(dir.path() / "disk" / "ckpt_00000004.h5"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "disk" / "disk.rank0.optimizer-state"));
+  EXPECT_GT(b.metric("memory/rss_file").back(), 0);
+  EXPECT_GT(b.metric("memory/rss_anon").back(), 0);
+  EXPECT_EQ(b.metric("checkpoint/state_msync_seconds").size(), 4u);
+}
+
+// A file-size limit (or a full disk) stops the job at start-up with exit code 2, naming
+// the state file and its bytes: never a SIGBUS (or SIGXFSZ) later. The limit, 16 MiB,
+// leaves room for MPI's own files; the state of this model is 51 MB.
+TEST(Cli, AStateFileThatCannotBeSizedStopsTheStartNamingPathAndBytes) {
+  TempDir dir;
+  const auto result = run_command("ulimit -f 16384; exec " +
+                                  tandem_cmd(short_run(dir, "full", 2) +
+                                             " --optimizer.state=disk --model.hidden=512 --model.intermediate=2048"));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("optimizer.state-path"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find((dir.path() / "full" / "full.rank0.optimizer-state").string() + " ("),
+            std::string::npos) << result.output;
+  EXPECT_NE(result.output.find(" bytes): cannot reserve the space (posix_fallocate): File too large"), std::string::npos)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "full" / "full.rank0.optimizer-state"));
+}
+
+// A checkpoint names the optimizer state it holds, so resuming under another optimizer
+// stops on the first tensor it lacks.
+TEST(Cli, CheckpointNamesTheOptimizerState) {
+  TempDir dir;
+  ASSERT_EQ(run_command(tandem_cmd(short_run(dir, "m", 2) + " --optimizer.name=muon")).exit_code, 0);
+  const Checkpoint checkpoint = Checkpoint::open(dir.path() / "m" / "ckpt_00000002.h5");
+  EXPECT_TRUE(checkpoint.has_tensor("muon.momentum.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_FALSE(checkpoint.has_tensor("adamw.exp_avg.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_FALSE(checkpoint.has_tensor("adamw.exp_avg_sq.model.layers.0.mlp.up_proj.weight"));
+  EXPECT_TRUE(checkpoint.has_tensor("adamw.exp_avg_sq.model.embed_tokens.weight"));
+  const auto resumed = run_command(tandem_cmd(short_run(dir, "m", 4)));
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(resumed.output.find("'adamw.exp_avg.model.layers.0."), std::string::npos) << resumed.output;
+}
+
+TEST(Cli, BadBetasExitTwoNamingTheKey) {
+  const auto result = run_command(tandem_cmd("--check --optimizer.betas=0.9"));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("optimizer.betas"), std::string::npos) << result.output;
 }
 
 // Data parallelism: N ranks with P/N prompts each take the same steps as one rank with P

@@ -11,4 +11,10 @@ inline int arg_int(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
+inline const char* arg_text(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return fallback;
+}
+
 }  // namespace tandem

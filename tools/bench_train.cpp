@@ -2,10 +2,12 @@
 // PyTorch on the same H200 (Qwen3-0.6B shape, 8 x 1024 tokens, bf16 autocast + FP32
 // AdamW: eager 41.9k tokens/s, torch.compile 81.4k).
 //
-//   bench_train [--layers 28] [--sequences 8] [--length 1024] [--steps 10]
+//   bench_train [--layers 28] [--sequences 8] [--length 1024] [--steps 10] [--optimizer adamw|muon]
 //
 // One step: zero grads, forward, token log-prob loss (fused, in place), backward, AdamW
-// on FP32 master weights writing the BF16 working copy. Timed with CUDA events.
+// (or Muon for the layers' matrices and AdamW for the rest) on FP32 master weights
+// writing the BF16 working copy. Timed with CUDA events; the optimizer step alone is
+// timed apart on the last line.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -19,14 +21,18 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <cublas_v2.h>
+
 #include "adamw.cuh"
 #include "logprobs.cuh"
+#include "muon.cuh"
 #include "model/cuda_ops.h"
 #include "model/cross_entropy.h"
 #include "model/transformer.h"
 #include "bench_args.h"
 #include "random_weights.h"
 #include "tensor/memory_pool.h"
+#include "train/optimizer_settings.h"
 #include "world/table.h"
 
 using namespace tandem;
@@ -47,6 +53,7 @@ int main(int argc, char** argv) {
   const int sequences = arg_int(argc, argv, "--sequences", 8);
   const int length = arg_int(argc, argv, "--length", 1024);
   const int steps = arg_int(argc, argv, "--steps", 10);
+  const OptimizerKind optimizer = optimizer_kind_from_name(arg_text(argc, argv, "--optimizer", "adamw"));
   const int64_t T = static_cast<int64_t>(sequences) * length;
 
   const ParameterLayout layout(config);
@@ -58,7 +65,13 @@ int main(int argc, char** argv) {
   Allocation* exp_avg = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg");
   Allocation* exp_avg_sq = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg_sq");
   const ActivationCapacity capacity{T, sequences};
-  Allocation* acts_slab = pool->allocate(tags::activations, Activations::slab_bytes(config, capacity, DType::BF16), "activations");
+  const bool muon = optimizer == OptimizerKind::Muon;
+  const std::vector<MuonGroup> muon_matrices = muon ? muon_groups(layout) : std::vector<MuonGroup>{};
+  // As in the trainer, Muon's workspace is the activation slab once backward is done.
+  Allocation* acts_slab = pool->allocate(
+      tags::activations,
+      std::max(Activations::slab_bytes(config, capacity, DType::BF16), MuonWorkspace::bytes_for(muon_matrices)),
+      "activations");
   Allocation* loss_slab = pool->allocate(tags::activations, static_cast<size_t>(T) * 16, "loss");
 
   {
@@ -67,14 +80,25 @@ int main(int argc, char** argv) {
   }
   CudaOps ops;
   const AdamWSettings adamw{.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  cublasHandle_t cublas = nullptr;
+  if (muon) {
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) check(cudaErrorUnknown, "cublasCreate");
+    cublasSetStream(cublas, ops.stream());
+  }
   auto optimizer_step = [&](int64_t step) {
     for (const ParameterInfo& info : layout.tensors()) {
+      if (muon && takes_muon(info)) continue;
       const size_t offset = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel());
       cuda::adamw_step(static_cast<float*>(master->ptr) + offset, static_cast<float*>(grads_slab->ptr) + offset,
                        static_cast<float*>(exp_avg->ptr) + offset, static_cast<float*>(exp_avg_sq->ptr) + offset, n,
                        adamw_scalars(adamw, step, info.shape.size() == 2), static_cast<uint16_t*>(working->ptr) + offset,
                        ops.stream());
     }
+    const MuonSettings muon_settings{adamw.lr, 0.95, adamw.weight_decay};
+    for (const MuonGroup& group : muon_matrices)
+      cuda::muon_step(group, static_cast<float*>(master->ptr), static_cast<float*>(grads_slab->ptr),
+                      static_cast<float*>(exp_avg->ptr), static_cast<uint16_t*>(working->ptr),
+                      muon_scalars(muon_settings, group.m, group.n), acts_slab->ptr, cublas, ops.stream());
   };
   optimizer_step(1);  // also writes the first BF16 working copy
 
@@ -127,6 +151,13 @@ int main(int argc, char** argv) {
   check(cudaEventSynchronize(stop), "timed steps");
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
+  // The optimizer step alone, on the last step's gradients.
+  cudaEventRecord(start, ops.stream());
+  for (int i = 0; i < steps; ++i) optimizer_step(4 + steps + i);
+  cudaEventRecord(stop, ops.stream());
+  check(cudaEventSynchronize(stop), "timed optimizer steps");
+  float optimizer_ms = 0;
+  cudaEventElapsedTime(&optimizer_ms, start, stop);
   const double seconds_per_step = ms / 1e3 / steps;
   const double tokens_per_s = static_cast<double>(T) / seconds_per_step;
   const double n_params = static_cast<double>(layout.parameter_count());
@@ -136,14 +167,17 @@ int main(int argc, char** argv) {
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);
   const MemoryStats stats = pool->stats();
-  std::printf("bench_train: Qwen3-0.6B shape, %d layers, %.1fM parameters, %d x %d tokens, BF16 + FP32 AdamW\n",
-              config.layers, n_params / 1e6, sequences, length);
+  std::printf("bench_train: Qwen3-0.6B shape, %d layers, %.1fM parameters, %d x %d tokens, BF16 + FP32 %s\n",
+              config.layers, n_params / 1e6, sequences, length, muon ? "Muon (matrices) + AdamW" : "AdamW");
   std::printf("  step %.1f ms | %.0f tokens/s | %.1f TFLOP/s (6N + attention) | loss %.4f\n", seconds_per_step * 1e3,
               tokens_per_s, tokens_per_s * flops_per_token / 1e12, mean_loss());
   std::printf("  pool device peak %s (", format_bytes(static_cast<double>(stats.device_peak)).c_str());
   for (const auto& [tag, usage] : stats.per_tag) std::printf(" %s %s", tag.c_str(), format_bytes(usage.device_peak).c_str());
   std::printf(" ) | GPU in use %s of %s\n", format_bytes(static_cast<double>(total_bytes - free_bytes)).c_str(),
               format_bytes(static_cast<double>(total_bytes)).c_str());
+  std::printf("  optimizer step %.2f ms (%.1f%% of the step) | %s\n", optimizer_ms / steps,
+              100.0 * optimizer_ms / steps / (seconds_per_step * 1e3), optimizer_kind_name(optimizer));
+  if (cublas) cublasDestroy(cublas);
   return 0;
 }
 #else

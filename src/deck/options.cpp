@@ -80,6 +80,14 @@ const std::vector<OptionSpec>& tandem_options() {
       {"model.rms-eps", Double, "1e-6", "", "epsilon of RMSNorm", above(0)},
       {"model.qk-norm", Bool, "true", "", "RMSNorm on queries and keys per head (Qwen3)"},
       {"model.dtype", Choice, "bf16", "", "working precision on CUDA; CPU always computes in f32", {}, {"f32", "bf16"}},
+
+      {"optimizer.name", Choice, "adamw", "", "adamw for every tensor, or muon for the layers' 2-D matrices (q, k, v, o, gate, up, down) with adamw for embeddings, LM head, norms and biases; the learning rates stay grpo.lr and sft.lr", {}, {"adamw", "muon"}},
+      {"optimizer.betas", String, "0.9,0.99", "", "AdamW's beta1,beta2, each in [0, 1)"},
+      {"optimizer.eps", Double, "1e-8", "", "AdamW's epsilon", above(0)},
+      {"optimizer.weight-decay", Double, "0", "", "decoupled weight decay of the 2-D matrices (AdamW's and Muon's)", at_least(0)},
+      {"optimizer.momentum", Double, "0.95", "", "Muon's Nesterov momentum", between(0, 1)},
+      {"optimizer.state", Choice, "device", "", "where the optimizer state lives: device = beside the master weights (offloaded with them); disk = a file-backed shared mapping, one file per rank under state-path, whose pages the kernel writes back and reclaims (CPU backend only so far)", {}, {"device", "disk"}},
+      {"optimizer.state-path", String, "", "", "folder of the per-rank state files of state = disk, a local disk; empty = the run folder"},
   };
   return options;
 }

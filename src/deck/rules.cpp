@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "tasks/jsonl_task.h"
+#include "train/optimizer_settings.h"
 
 namespace tandem {
 namespace {
@@ -70,6 +71,14 @@ void jsonl_task_has_its_file_and_tokenizer(const Deck& deck) {
   }
 }
 
+void optimizer_betas_are_two_fractions(const Deck& deck) {
+  try {
+    parse_betas(deck.get<std::string>("optimizer.betas"));
+  } catch (const std::invalid_argument& error) {
+    throw DeckError(deck.source("optimizer.betas"), "optimizer.betas", error.what());
+  }
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -78,6 +87,7 @@ const std::vector<DeckRule>& tandem_rules() {
       heads_divisible_by_kv_heads,
       restart_is_auto_never_or_checkpoint,
       jsonl_task_has_its_file_and_tokenizer,
+      optimizer_betas_are_two_fractions,
   };
   return rules;
 }

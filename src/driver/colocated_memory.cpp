@@ -9,12 +9,14 @@
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 TransportKind transport)
-    : pool_(pool), layout_(layout), working_dtype_(working_dtype) {
+                                 TransportKind transport, float* optimizer_state)
+    : pool_(pool), layout_(layout), working_dtype_(working_dtype), optimizer_state_(optimizer_state) {
   const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
-  exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
-  exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
+  if (!optimizer_state) {  // state on disk is not the pool's: no handoff moves it
+    exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
+    exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
+  }
   grads_ = pool.allocate(tags::grads, layout.slab_bytes(DType::F32), "trainer.grads");
   working_ = pool.allocate(alias ? tags::weights : tags::derived, layout.slab_bytes(working_dtype),
                            alias ? "shared.working_weights" : "trainer.working_weights");
@@ -32,6 +34,11 @@ ColocatedMemory::~ColocatedMemory() {
 
 Tensor ColocatedMemory::flat(const Allocation* allocation, DType dtype) const {
   return Tensor::view(allocation->ptr, dtype, pool_.device(), {layout_.slab_elements()});
+}
+
+Tensor ColocatedMemory::state_slab(int index) const {
+  return Tensor::view(optimizer_state_ + index * layout_.slab_elements(), DType::F32, Device::CPU,
+                      {layout_.slab_elements()});
 }
 
 std::vector<float> ColocatedMemory::initial_weights(const ParameterLayout& layout, uint64_t seed) {

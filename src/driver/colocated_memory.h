@@ -18,7 +18,10 @@ namespace tandem {
 
 class ColocatedMemory {
  public:
-  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport);
+  // optimizer_state: when not null, 2 slabs of FP32 outside the pool (an optimizer state
+  // file) that hold exp_avg and exp_avg_sq instead of pool allocations.
+  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport,
+                  float* optimizer_state = nullptr);
   ~ColocatedMemory();
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;
@@ -39,14 +42,15 @@ class ColocatedMemory {
   // Flat views over the whole slabs.
   Tensor master() const { return flat(master_, DType::F32); }
   Tensor grads() const { return flat(grads_, DType::F32); }
-  Tensor exp_avg() const { return flat(exp_avg_, DType::F32); }
-  Tensor exp_avg_sq() const { return flat(exp_avg_sq_, DType::F32); }
+  Tensor exp_avg() const { return optimizer_state_ ? state_slab(0) : flat(exp_avg_, DType::F32); }
+  Tensor exp_avg_sq() const { return optimizer_state_ ? state_slab(1) : flat(exp_avg_sq_, DType::F32); }
   Tensor working() const { return flat(working_, working_dtype_); }
   Tensor engine_weights() const { return transport_->engine_weights(); }
   const ParameterLayout& layout() const { return layout_; }
 
  private:
   Tensor flat(const Allocation* allocation, DType dtype) const;
+  Tensor state_slab(int index) const;
 
   MemoryPool& pool_;
   const ParameterLayout& layout_;
@@ -57,6 +61,7 @@ class ColocatedMemory {
   Allocation* exp_avg_sq_ = nullptr;
   Allocation* working_ = nullptr;
   std::unique_ptr<WeightTransport> transport_;
+  float* optimizer_state_ = nullptr;
 };
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 
 #include "driver/colocated_memory.h"
 #include "driver/model_from_deck.h"
+#include "driver/optimizer_from_deck.h"
 #include "tasks/arithmetic_task.h"
 #include "tasks/countdown_task.h"
 #include "tasks/jsonl_task.h"
@@ -109,7 +110,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   loss_.entropy_coef = deck.get<double>("grpo.entropy-coef");
   trainer_settings_.temperature = sampling_.temperature;
   trainer_settings_.max_grad_norm = deck.get<double>("grpo.max-grad-norm");
-  trainer_settings_.adamw = AdamWSettings{.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.0};
+  trainer_settings_.optimizer = optimizer_settings_from_deck(deck);
   trainer_settings_.micro_batch_tokens = deck.get<int64_t>("train.micro-batch-tokens");
 
   const int64_t sequence_tokens = longest_prompt(*task_, format_) + sampling_.max_new_tokens;
@@ -129,7 +130,8 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   const int64_t micro_batch = trainer_settings_.micro_batch_tokens;
   const ActivationCapacity capacity{micro_batch > 0 ? std::max(micro_batch, sequence_tokens) : sequences * sequence_tokens,
                                     sequences};
-  activations_ = pool.allocate(tags::activations, PolicyTrainer::activation_bytes(model, capacity, dtype),
+  activations_ = pool.allocate(tags::activations,
+                               PolicyTrainer::activation_bytes(model, capacity, dtype, trainer_settings_.optimizer.kind),
                                "trainer.activations");
   // The trainer reads its working copy (FP32 on the CPU backend), which the optimizer step
   // rewrites: with the alias transport it is the engine's weights too.

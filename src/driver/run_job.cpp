@@ -16,10 +16,13 @@
 #include "driver/model_from_deck.h"
 #include "driver/memory_plan.h"
 #include "driver/phase_memory.h"
+#include "driver/optimizer_from_deck.h"
+#include "driver/trainer_checkpoint.h"
 #include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "tensor/device_copy.h"
 #include "world/gpu.h"
+#include "world/host_memory.h"
 #include "world/log.h"
 #include "world/phase_timers.h"
 #include "world/table.h"
@@ -72,7 +75,8 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"parameters", std::to_string(layout.parameter_count())});
   rows.push_back({"working dtype", dtype_name(working_dtype)});
   rows.push_back({"", ""});
-  rows.push_back({"master weights + AdamW (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
+  rows.push_back({"optimizer", deck.text("optimizer.name") + ", state on " + deck.text("optimizer.state")});
+  rows.push_back({"master weights + optimizer state (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
@@ -102,10 +106,6 @@ std::string rng_state(const std::mt19937_64& rng) {
   out << rng;
   return out.str();
 }
-
-struct CheckpointTensors {
-  std::vector<float> master, exp_avg, exp_avg_sq;
-};
 
 }  // namespace
 
@@ -140,9 +140,13 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
-  ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")));
+  const std::unique_ptr<OptimizerStateFile> state_file =
+      optimizer_state_file_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
+  ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
+                         state_file ? static_cast<float*>(state_file->data()) : nullptr);
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
+  TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
   GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
   for (Tag tag : deferred) pool->set_deferred(tag, false);
   // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
@@ -171,14 +175,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
       throw std::runtime_error(resume_from->string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
                                " ranks, this job has " + std::to_string(world->size()));
-    std::vector<float> host(static_cast<size_t>(layout.slab_elements()));
-    const std::pair<const char*, Tensor> slabs[] = {
-        {"master.", memory.master()}, {"adamw.exp_avg.", memory.exp_avg()}, {"adamw.exp_avg_sq.", memory.exp_avg_sq()}};
-    for (const auto& [prefix, slab] : slabs) {
-      for (const ParameterInfo& info : layout.tensors())
-        checkpoint.read_tensor(prefix + info.name, Tensor::view(host.data() + info.offset, DType::F32, Device::CPU, info.shape));
-      copy_host_to_tensor(slab, host.data());
-    }
+    trainer_checkpoint.read(checkpoint);
     memory.rebuild_working();
     std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
     step = checkpoint.step();
@@ -246,6 +243,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       to_train = handoff.run(HandoffPoint::AfterGenerate);
     }
     TrainStepResult trained;
+    double state_msync_seconds = 0;  // the checkpoint's msync of the state file
     {
       ScopedPhase phase(timers, "train");
       phase_memory.begin();
@@ -258,20 +256,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
+      if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
       if (root) {
-        CheckpointTensors host;
         CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
-        const std::pair<std::string, std::pair<std::vector<float>*, Tensor>> slabs[] = {
-            {"master.", {&host.master, memory.master()}},
-            {"adamw.exp_avg.", {&host.exp_avg, memory.exp_avg()}},
-            {"adamw.exp_avg_sq.", {&host.exp_avg_sq, memory.exp_avg_sq()}}};
-        for (const auto& [prefix, target] : slabs) {
-          target.first->resize(static_cast<size_t>(layout.slab_elements()));
-          copy_tensor_to_host(target.first->data(), target.second);
-          for (const ParameterInfo& info : layout.tensors())
-            contents.tensors.push_back({prefix + info.name, Tensor::view(target.first->data() + info.offset, DType::F32, Device::CPU, info.shape)});
-        }
+        const auto host = trainer_checkpoint.add_to(contents);
         last_checkpoint = write_checkpoint(folder, contents, keep).string();
       }
     }
@@ -340,6 +329,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
+    const ResidentMemory resident = resident_memory();  // rank 0's
+    metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
+    metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
+    if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);

@@ -59,8 +59,11 @@ const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const Para
 
 }  // namespace
 
-size_t PolicyTrainer::activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype) {
-  return align_up(Activations::slab_bytes(config, capacity, dtype)) +
+size_t PolicyTrainer::activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype,
+                                       OptimizerKind optimizer) {
+  size_t bytes = Activations::slab_bytes(config, capacity, dtype);
+  if (optimizer == OptimizerKind::Muon) bytes = std::max(bytes, MuonWorkspace::bytes_for(muon_groups(ParameterLayout(config))));
+  return align_up(bytes) +
          kTokenBuffers * align_up(static_cast<size_t>(capacity.max_tokens) * 4);
 }
 
@@ -88,6 +91,7 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
                              Communicator& communicator, int world_size)
     : config_(config),
       layout_(layout),
+      muon_groups_(muon_groups(layout)),
       memory_(checked(memory, layout, communicator)),
       params_(ParameterSet::bind(layout, memory.working.data, memory.working.dtype, memory.working.device)),
       grad_params_(ParameterSet::bind(layout, memory.grads.data, DType::F32, memory.grads.device)),
@@ -271,15 +275,25 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
     if (factor != 1) backend_->scale(grads, static_cast<float>(factor));
   }
   if (!std::isfinite(result.grad_norm)) return result;  // skip the update, keep the weights
-  AdamWSettings adamw = settings.adamw;
+  const OptimizerSettings& optimizer = settings.optimizer;
+  const bool muon = optimizer.kind == OptimizerKind::Muon;
+  AdamWSettings adamw = optimizer.adamw;
   adamw.lr = lr;
   const bool bf16_working = memory_.working.dtype == DType::BF16;
+  uint16_t* working = bf16_working ? memory_.working.ptr<uint16_t>() : nullptr;
   for (const ParameterInfo& info : layout_.tensors()) {
+    if (muon && takes_muon(info)) continue;
     const size_t offset = static_cast<size_t>(info.offset);
     backend_->adamw_step(memory_.master.ptr<float>() + offset, grads.ptr<float>() + offset,
                          memory_.exp_avg.ptr<float>() + offset, memory_.exp_avg_sq.ptr<float>() + offset,
                          static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
-                         bf16_working ? memory_.working.ptr<uint16_t>() + offset : nullptr);
+                         working ? working + offset : nullptr);
+  }
+  if (muon) {
+    const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
+    for (const MuonGroup& group : muon_groups_)
+      backend_->muon_step(group, memory_.master.ptr<float>(), grads.ptr<float>(), memory_.exp_avg.ptr<float>(), working,
+                          muon_scalars(muon_settings, group.m, group.n), memory_.activations);
   }
   // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
   if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);

@@ -2,8 +2,9 @@
 // sequences: forward in micro-batches of whole sequences, the per-token log-probs (and
 // entropy) of the completion tokens, the loss on the host (GRPO's clipped policy loss,
 // or supervised cross-entropy for the SFT warm-up), backward with the gradients adding up
-// over the micro-batches, gradient all-reduce over ranks, norm clipping and AdamW on the
-// FP32 master weights.
+// over the micro-batches, gradient all-reduce over ranks, norm clipping and the optimizer
+// (AdamW, or Muon for the layers' matrices and AdamW for the rest) on the FP32 master
+// weights.
 //
 // Each micro-batch's loss gradient is normalised by the whole rank batch's denominators
 // (and, for global-token-sum, the step's), so the update is the one of the batch taken
@@ -25,7 +26,8 @@
 #include "model/activations.h"
 #include "model/parameters.h"
 #include "model/transformer.h"
-#include "train/adamw.h"
+#include "train/muon.h"
+#include "train/optimizer_settings.h"
 #include "train/policy_loss.h"
 #include "world/communicator.h"
 
@@ -50,7 +52,7 @@ struct TrainStepResult {
 };
 
 struct PolicyTrainerSettings {
-  AdamWSettings adamw;
+  OptimizerSettings optimizer;  // its lr is the step's
   double max_grad_norm = 1.0;  // 0: no clipping
   float temperature = 1;       // the rollout's: log-probs are taken of logits / temperature
   int64_t logprob_chunk = 1024;  // CPU backend: rows of logits upcast at a time
@@ -61,13 +63,15 @@ struct PolicyTrainerSettings {
 
 // Flat views [layout.slab_elements()] of the slabs, all on one device.
 struct PolicyTrainerMemory {
-  Tensor master, grads, exp_avg, exp_avg_sq;  // F32
+  // F32. The optimizer's state: AdamW's moments; under Muon, exp_avg holds the momentum
+  // of Muon's matrices (and their part of exp_avg_sq stays unused).
+  Tensor master, grads, exp_avg, exp_avg_sq;
   // What forward and backward read, F32 or BF16 (BF16 on CUDA only): the master weights
   // themselves, or a copy the trainer rewrites after each update. Its dtype is the
   // activations'. The caller fills it before the first step (ColocatedMemory::rebuild).
   Tensor working;
-  // PolicyTrainer::activation_bytes(config, capacity, working.dtype) bytes, 256-byte
-  // aligned, on the same device; transient: nothing in it outlives a step.
+  // PolicyTrainer::activation_bytes(config, capacity, working.dtype, optimizer) bytes,
+  // 256-byte aligned, on the same device; transient: nothing in it outlives a step.
   void* activations = nullptr;
 };
 
@@ -79,8 +83,11 @@ class PolicyTrainer {
                 ActivationCapacity capacity, Communicator& communicator, int world_size);
   ~PolicyTrainer();
 
-  // The activation slab: the model's activations and the per-token vectors of a micro-batch.
-  static size_t activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype);
+  // The activation slab: the model's activations and the per-token vectors of a
+  // micro-batch. Muon's CUDA step reuses the activations' part as its workspace once
+  // backward is done, so under Muon that part is at least the workspace.
+  static size_t activation_bytes(const ModelConfig& config, ActivationCapacity capacity, DType dtype,
+                                 OptimizerKind optimizer = OptimizerKind::AdamW);
 
   // The frozen reference policy for the KL term: a flat slab of the layout in the working
   // dtype on the trainer's device, or an empty tensor for none.
@@ -142,6 +149,7 @@ class PolicyTrainer {
 
   ModelConfig config_;
   const ParameterLayout& layout_;
+  std::vector<MuonGroup> muon_groups_;
   PolicyTrainerMemory memory_;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;

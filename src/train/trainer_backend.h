@@ -1,6 +1,6 @@
 // What the policy trainer runs on a device besides the decoder's ops: the log-probs (and
 // entropy) of the sampled tokens from the logits, the gradient's squared norm and
-// scaling, AdamW, and the copies back to the host the loss needs. The trainer is written
+// scaling, AdamW and Muon, and the copies back to the host the loss needs. The trainer is written
 // once over this interface; trainer_backend_cpu.cpp (the FP32 reference: CpuOps, the
 // chunked log-probs) and trainer_backend_cuda.cpp (CudaOps and kernels/, all on one
 // stream) implement it. Private to src/train.
@@ -13,6 +13,7 @@
 #include "tensor/tensor.h"
 #include "train/adamw.h"
 #include "train/chunked_logprobs.h"
+#include "train/muon.h"
 
 namespace tandem {
 
@@ -48,6 +49,12 @@ class TrainerBackend {
   // (BF16 bits, may be null) receives the updated parameters rounded.
   virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
                           const AdamWStepScalars& scalars, uint16_t* working) = 0;
+  // muon_step_cpu on every matrix of the group; params, grads, momentum (F32) and working
+  // (BF16 bits, may be null) are slab bases the group's offsets index. scratch: at least
+  // MuonWorkspace::for_group(group).bytes of this backend's memory, free for the call
+  // (the CPU twin keeps its own).
+  virtual void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum,
+                         uint16_t* working, const MuonStepScalars& scalars, void* scratch) = 0;
 };
 
 std::unique_ptr<TrainerBackend> make_cpu_trainer_backend();

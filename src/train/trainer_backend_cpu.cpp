@@ -51,9 +51,19 @@ class CpuTrainerBackend final : public TrainerBackend {
     adamw_step_cpu(params, grads, exp_avg, exp_avg_sq, count, scalars, working);
   }
 
+  void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
+                 const MuonStepScalars& scalars, void* /*scratch*/) override {
+    for (const MuonMatrix& matrix : group.matrices) {
+      const size_t at = static_cast<size_t>(matrix.offset);
+      muon_step_cpu(params + at, grads + at, momentum + at, matrix.transposed ? group.n : group.m,
+                    matrix.transposed ? group.m : group.n, scalars, working ? working + at : nullptr, muon_scratch_);
+    }
+  }
+
  private:
   CpuOps ops_;
   std::vector<float> workspace_;  // one chunk of upcast logits
+  std::vector<float> muon_scratch_;  // one matrix's Newton-Schulz products
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "adamw.cuh"
 #include "gradient_clipping.cuh"
 #include "logprobs.cuh"
+#include "muon.cuh"
 #include "model/cuda_ops.h"
 #include "train/trainer_backend.h"
 
@@ -30,7 +31,10 @@ class CudaTrainerBackend final : public TrainerBackend {
     // The norm's result and the per-block partial sums: a few KB for the trainer's lifetime.
     check_cuda(cudaMalloc(&reduction_, (cuda::kSquareSumBlocks + 1) * sizeof(double)), "cudaMalloc (norm scratch)");
   }
-  ~CudaTrainerBackend() override { cudaFree(reduction_); }
+  ~CudaTrainerBackend() override {
+    cudaFree(reduction_);
+    if (cublas_) cublasDestroy(cublas_);
+  }
   CudaTrainerBackend(const CudaTrainerBackend&) = delete;
   CudaTrainerBackend& operator=(const CudaTrainerBackend&) = delete;
 
@@ -76,9 +80,19 @@ class CudaTrainerBackend final : public TrainerBackend {
     cuda::adamw_step(params, grads, exp_avg, exp_avg_sq, count, scalars, working, ops_.stream());
   }
 
+  void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
+                 const MuonStepScalars& scalars, void* scratch) override {
+    if (!cublas_) {  // only a Muon trainer needs cuBLAS's own handle
+      if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("CUDA trainer backend: cublasCreate failed");
+      cublasSetStream(cublas_, ops_.stream());
+    }
+    cuda::muon_step(group, params, grads, momentum, working, scalars, scratch, cublas_, ops_.stream());
+  }
+
  private:
   CudaOps ops_;
   double* reduction_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
 };
 
 }  // namespace

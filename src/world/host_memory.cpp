@@ -69,4 +69,17 @@ bool reset_peak_resident() {
   return static_cast<bool>(clear);
 }
 
+ResidentMemory resident_memory() {
+  std::ifstream status("/proc/self/status");
+  ResidentMemory resident;
+  std::string line;
+  while (std::getline(status, line)) {
+    size_t* field = line.rfind("RssAnon:", 0) == 0 ? &resident.anonymous
+                    : line.rfind("RssFile:", 0) == 0 ? &resident.file_backed
+                                                     : nullptr;
+    if (field) *field = std::stoull(line.substr(line.find(':') + 1)) * 1024;  // "  1234 kB"
+  }
+  return resident;
+}
+
 }  // namespace tandem

@@ -1,5 +1,6 @@
 // What the kernel says about host memory: what a new allocation could still get, the
-// limit this job runs under, and this process's resident set (now and its peak).
+// limit this job runs under, and this process's resident set (now, its peak, and how
+// much of it is anonymous or file-backed).
 #pragma once
 #include <cstddef>
 
@@ -15,4 +16,13 @@ size_t peak_resident_bytes();
 // Restarts VmHWM from the current resident set (/proc/self/clear_refs); false where the
 // kernel does not allow it (then peak_resident_bytes() keeps the all-time peak).
 bool reset_peak_resident();
+
+// This process's resident memory from /proc/self/status: anonymous pages (heap, pinned
+// buffers) and file-backed pages (mapped files, which the kernel can write back and
+// reclaim). Bytes; zeros where the kernel does not report them.
+struct ResidentMemory {
+  size_t anonymous = 0;    // RssAnon
+  size_t file_backed = 0;  // RssFile
+};
+ResidentMemory resident_memory();
 }  // namespace tandem

@@ -1,0 +1,178 @@
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "muon.cuh"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kNormBlocks = MuonWorkspace::kNormBlocks;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("muon_step: ") + what + ": " + cudaGetErrorString(status));
+}
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("muon_step: ") + what + " failed: " + cublasGetStatusString(status));
+}
+
+// A table entry: the matrix's slab offset times 2, plus 1 when it is stored tall.
+__device__ int64_t entry_offset(int64_t entry) { return entry >> 1; }
+__device__ bool entry_transposed(int64_t entry) { return entry & 1; }
+
+// Index in the oriented [m, n] iterate of element i of a matrix stored [rows, cols].
+__device__ size_t oriented_index(size_t i, bool transposed, int64_t m, int64_t n) {
+  if (!transposed) return i;
+  const size_t rows = static_cast<size_t>(n), cols = static_cast<size_t>(m);
+  return (i % cols) * rows + i / cols;
+}
+
+__device__ double block_sum(double value) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+// The Nesterov update, in the CPU twin's rounding order.
+__device__ float nesterov(float g, float buf, float momentum) {
+  return __fadd_rn(__fmul_rn(__fsub_rn(1.0f, momentum), g), __fmul_rn(momentum, buf));
+}
+
+// grid (kNormBlocks, count): momentum update, and per block the sum of squares of u.
+__global__ void momentum_kernel(const int64_t* table, const float* __restrict__ grads, float* __restrict__ momentum,
+                                size_t elements, float beta, double* partials) {
+  const int64_t offset = entry_offset(table[blockIdx.y]);
+  const float* g = grads + offset;
+  float* buf = momentum + offset;
+  double sum = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < elements;
+       i += static_cast<size_t>(kNormBlocks) * kThreads) {
+    const float b = __fadd_rn(__fmul_rn(beta, buf[i]), __fmul_rn(__fsub_rn(1.0f, beta), g[i]));
+    buf[i] = b;
+    const double u = nesterov(g[i], b, beta);
+    sum += u * u;
+  }
+  const double total = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.y * kNormBlocks + blockIdx.x] = total;
+}
+
+// grid (blocks, count): x = bf16(u / (|u| + eps)) in the oriented layout.
+__global__ void pack_kernel(const int64_t* table, const float* __restrict__ grads, const float* __restrict__ momentum,
+                            const double* partials, int64_t m, int64_t n, float beta, __nv_bfloat16* x) {
+  __shared__ float inverse;
+  if (threadIdx.x == 0) {
+    double sum = 0;
+    for (int b = 0; b < kNormBlocks; ++b) sum += partials[blockIdx.y * kNormBlocks + b];
+    inverse = 1.0f / (static_cast<float>(sqrt(sum)) + kMuonNormEps);
+  }
+  __syncthreads();
+  const int64_t entry = table[blockIdx.y];
+  const float* g = grads + entry_offset(entry);
+  const float* buf = momentum + entry_offset(entry);
+  const size_t elements = static_cast<size_t>(m * n);
+  __nv_bfloat16* out = x + blockIdx.y * elements;
+  for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < elements;
+       i += static_cast<size_t>(gridDim.x) * kThreads)
+    out[oriented_index(i, entry_transposed(entry), m, n)] = __float2bfloat16_rn(nesterov(g[i], buf[i], beta) * inverse);
+}
+
+// b = coefficient_b a + coefficient_a I, over [count, m, m].
+__global__ void diagonal_kernel(__nv_bfloat16* b, const __nv_bfloat16* a, int64_t m, size_t total) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * kThreads) {
+    const size_t within = i % static_cast<size_t>(m * m);
+    const bool diagonal = within / m == within % m;
+    b[i] = __float2bfloat16_rn(kNewtonSchulzB * __bfloat162float(a[i]) + (diagonal ? kNewtonSchulzA : 0.0f));
+  }
+}
+
+// grid (blocks, count): p = p decay - scale x, and the working copy.
+__global__ void apply_kernel(const int64_t* table, float* __restrict__ params, const __nv_bfloat16* x, int64_t m,
+                             int64_t n, MuonStepScalars k, __nv_bfloat16* working) {
+  const int64_t entry = table[blockIdx.y];
+  const int64_t offset = entry_offset(entry);
+  const size_t elements = static_cast<size_t>(m * n);
+  const __nv_bfloat16* update = x + blockIdx.y * elements;
+  for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < elements;
+       i += static_cast<size_t>(gridDim.x) * kThreads) {
+    const float o = __bfloat162float(update[oriented_index(i, entry_transposed(entry), m, n)]);
+    const float p = __fsub_rn(__fmul_rn(params[offset + i], k.decay), __fmul_rn(k.update_scale, o));
+    params[offset + i] = p;
+    if (working) working[offset + i] = __float2bfloat16_rn(p);
+  }
+}
+
+// C [count] = alpha op(A) op(B) + beta C, column-major, BF16 in and out, FP32 accumulation.
+void batched_gemm(cublasHandle_t cublas, cublasOperation_t op_a, cublasOperation_t op_b, int64_t rows, int64_t cols,
+                  int64_t inner, float alpha, const __nv_bfloat16* a, int64_t lda, int64_t stride_a,
+                  const __nv_bfloat16* b, int64_t ldb, int64_t stride_b, float beta, __nv_bfloat16* c, int64_t ldc,
+                  int64_t stride_c, int count) {
+  check(cublasGemmStridedBatchedEx(cublas, op_a, op_b, static_cast<int>(rows), static_cast<int>(cols),
+                                   static_cast<int>(inner), &alpha, a, CUDA_R_16BF, static_cast<int>(lda), stride_a, b,
+                                   CUDA_R_16BF, static_cast<int>(ldb), stride_b, &beta, c, CUDA_R_16BF,
+                                   static_cast<int>(ldc), stride_c, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+}
+
+}  // namespace
+
+void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
+               const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream) {
+  const int count = static_cast<int>(group.matrices.size());
+  if (count == 0) return;
+  const int64_t m = group.m, n = group.n;
+  const MuonWorkspace layout = MuonWorkspace::for_group(group);
+  auto* base = static_cast<char*>(workspace);
+  auto* table = reinterpret_cast<int64_t*>(base + layout.table);
+  auto* partials = reinterpret_cast<double*>(base + layout.partials);
+  auto* x = reinterpret_cast<__nv_bfloat16*>(base + layout.x);
+  auto* x_next = reinterpret_cast<__nv_bfloat16*>(base + layout.x_next);
+  auto* a = reinterpret_cast<__nv_bfloat16*>(base + layout.a);
+  auto* b = reinterpret_cast<__nv_bfloat16*>(base + layout.b);
+
+  // Pageable source: cudaMemcpyAsync has read it by the time it returns.
+  std::vector<int64_t> entries;
+  for (const MuonMatrix& matrix : group.matrices) entries.push_back(matrix.offset * 2 + (matrix.transposed ? 1 : 0));
+  check(cudaMemcpyAsync(table, entries.data(), entries.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+        "matrix table upload");
+
+  const size_t elements = static_cast<size_t>(m * n);
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((elements + kThreads - 1) / kThreads, 64));
+  momentum_kernel<<<dim3(kNormBlocks, count), kThreads, 0, stream>>>(table, grads, momentum, elements,
+                                                                      scalars.momentum, partials);
+  pack_kernel<<<dim3(blocks, count), kThreads, 0, stream>>>(table, grads, momentum, partials, m, n, scalars.momentum, x);
+  check(cudaGetLastError(), "momentum and pack kernels");
+
+  // Row-major X [m, n] is column-major Y = Xᵀ [n, m] with leading dimension n.
+  const size_t products = static_cast<size_t>(count) * static_cast<size_t>(m * m);
+  const unsigned product_blocks = static_cast<unsigned>(std::min<size_t>((products + kThreads - 1) / kThreads, 4096));
+  for (int step = 0; step < kNewtonSchulzSteps; ++step) {
+    // A = X Xᵀ: column-major Yᵀ Y.
+    batched_gemm(cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, x, n, m * n, x, n, m * n, 0.0f, a, m, m * m, count);
+    diagonal_kernel<<<product_blocks, kThreads, 0, stream>>>(b, a, m, products);
+    check(cudaGetLastError(), "diagonal kernel");
+    // B += c A A.
+    batched_gemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, kNewtonSchulzC, a, m, m * m, a, m, m * m, 1.0f, b, m,
+                 m * m, count);
+    // X' = B X: column-major Y' = Y Bᵀ.
+    batched_gemm(cublas, CUBLAS_OP_N, CUBLAS_OP_T, n, m, m, 1.0f, x, n, m * n, b, m, m * m, 0.0f, x_next, n, m * n,
+                 count);
+    std::swap(x, x_next);
+  }
+  apply_kernel<<<dim3(blocks, count), kThreads, 0, stream>>>(table, params, x, m, n, scalars,
+                                                             reinterpret_cast<__nv_bfloat16*>(working));
+  check(cudaGetLastError(), "apply kernel");
+}
+
+}  // namespace tandem::cuda

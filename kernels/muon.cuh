@@ -1,0 +1,27 @@
+// Muon on the GPU; CPU twin muon_step_cpu (src/train/muon.h), compared in tests/gpu_muon.cpp.
+//
+// One call steps every matrix of a MuonGroup (one oriented shape, every layer) at once:
+// a kernel updates the momentum and sums the squares of the Nesterov update per matrix
+// (in double, fixed order), a kernel writes the normalised updates as BF16 [count, m, n]
+// (transposing the tall ones), then each Newton-Schulz iteration is three strided-batched
+// BF16 GEMMs with FP32 accumulation over the whole group (A = X Xᵀ; B = c A A + b A + a I;
+// X' = B X, the a X term folded into B's diagonal), and a last kernel applies the scaled
+// update with decoupled weight decay and writes the BF16 working copy. No launch is per
+// matrix. The momentum buffer is the CPU twin's bit for bit; the update differs by the
+// BF16 iteration.
+#pragma once
+#include <cstdint>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "train/muon.h"
+
+namespace tandem::cuda {
+
+// params, grads, momentum: FP32 slab bases (the group's offsets index them); working:
+// BF16 slab base or null; workspace: MuonWorkspace::for_group(group).bytes of device
+// memory, 256-byte aligned. The cuBLAS handle must be set to `stream`.
+void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
+               const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream);
+
+}  // namespace tandem::cuda

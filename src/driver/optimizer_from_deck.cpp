@@ -1,0 +1,54 @@
+#include "driver/optimizer_from_deck.h"
+
+#include "deck/deck_error.h"
+#include "world/world.h"
+
+namespace tandem {
+
+OptimizerSettings optimizer_settings_from_deck(const Deck& deck) {
+  OptimizerSettings settings;
+  settings.kind = optimizer_kind_from_name(deck.get<std::string>("optimizer.name"));
+  const auto [beta1, beta2] = parse_betas(deck.get<std::string>("optimizer.betas"));  // checked by the deck's rules
+  settings.adamw = AdamWSettings{.lr = 0,
+                                 .beta1 = beta1,
+                                 .beta2 = beta2,
+                                 .eps = deck.get<double>("optimizer.eps"),
+                                 .weight_decay = deck.get<double>("optimizer.weight-decay")};
+  settings.momentum = deck.get<double>("optimizer.momentum");
+  settings.state_on_disk = deck.get<std::string>("optimizer.state") == "disk";
+  settings.state_path = deck.get<std::string>("optimizer.state-path");
+  return settings;
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+std::unique_ptr<OptimizerStateFile> optimizer_state_file_from_deck(const Deck& deck, const ParameterLayout& layout,
+                                                                   const std::filesystem::path& run_folder,
+                                                                   Device device, int rank, MPI_Comm comm) {
+  const OptimizerSettings settings = optimizer_settings_from_deck(deck);
+  if (!settings.state_on_disk) return nullptr;
+  if (device != Device::CPU)
+    throw DeckError(deck.source("optimizer.state"), "optimizer.state",
+                    "state = disk runs on the CPU backend only so far (streaming it through the GPU is not written yet)");
+  const std::filesystem::path folder = settings.state_path.empty() ? run_folder : settings.state_path;
+  const std::filesystem::path path =
+      folder / (deck.get<std::string>("run.name") + ".rank" + std::to_string(rank) + ".optimizer-state");
+  std::unique_ptr<OptimizerStateFile> file;
+  std::string error;
+  try {
+    // AdamW's two moments (Muon's momentum is held in the first).
+    file = std::make_unique<OptimizerStateFile>(path, 2 * layout.slab_bytes(DType::F32));
+  } catch (const std::runtime_error& failure) {
+    error = failure.what();
+  }
+  try {
+    fail_together(comm, error);
+  } catch (const std::runtime_error& failure) {
+    throw DeckError(deck.source("optimizer.state-path"), "optimizer.state-path", failure.what());
+  }
+  return file;
+}
+
+}  // namespace tandem

@@ -1,0 +1,43 @@
+#include "driver/trainer_checkpoint.h"
+
+#include "tensor/device_copy.h"
+#include "train/muon.h"
+
+namespace tandem {
+
+TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKind optimizer) {
+  Slab master{memory.master(), {}}, exp_avg{memory.exp_avg(), {}}, exp_avg_sq{memory.exp_avg_sq(), {}};
+  for (const ParameterInfo& info : memory.layout().tensors()) {
+    master.tensors.push_back({"master." + info.name, &info});
+    if (optimizer == OptimizerKind::Muon && takes_muon(info)) {
+      exp_avg.tensors.push_back({"muon.momentum." + info.name, &info});
+    } else {
+      exp_avg.tensors.push_back({"adamw.exp_avg." + info.name, &info});
+      exp_avg_sq.tensors.push_back({"adamw.exp_avg_sq." + info.name, &info});
+    }
+  }
+  slabs_ = {std::move(master), std::move(exp_avg), std::move(exp_avg_sq)};
+}
+
+void TrainerCheckpoint::read(const Checkpoint& checkpoint) const {
+  for (const Slab& slab : slabs_) {
+    std::vector<float> host(static_cast<size_t>(slab.memory.numel()), 0.0f);
+    for (const auto& [name, info] : slab.tensors)
+      checkpoint.read_tensor(name, Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape));
+    copy_host_to_tensor(slab.memory, host.data());
+  }
+}
+
+std::vector<std::vector<float>> TrainerCheckpoint::add_to(CheckpointContents& contents) const {
+  std::vector<std::vector<float>> buffers(slabs_.size());
+  for (size_t s = 0; s < slabs_.size(); ++s) {
+    std::vector<float>& host = buffers[s];
+    host.resize(static_cast<size_t>(slabs_[s].memory.numel()));
+    copy_tensor_to_host(host.data(), slabs_[s].memory);
+    for (const auto& [name, info] : slabs_[s].tensors)
+      contents.tensors.push_back({name, Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape)});
+  }
+  return buffers;
+}
+
+}  // namespace tandem

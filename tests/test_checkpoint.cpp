@@ -231,3 +231,48 @@ TEST(Checkpoint, KillAtAnyInstantLeavesALoadableCheckpoint) {
   write_checkpoint(dir.path(), StepState(previous + 1).contents, 2);
   for (const auto& name : files_in(dir.path())) EXPECT_EQ(name.rfind(".ckpt_", 0), std::string::npos) << name;
 }
+
+// Every tensor carries the XXH3 of its bytes: a byte changed on disk fails the read,
+// naming the file and the tensor; the RNG states are verified when the file opens.
+TEST(Checkpoint, AFlippedByteFailsItsTensorsChecksum) {
+  TempDir dir;
+  const fs::path path = write_checkpoint(dir.path(), StepState(10).contents, 3);
+  haddr_t offset = HADDR_UNDEF;
+  {
+    const hdf5::File file = hdf5::File::open(path, hdf5::File::Access::ReadOnly);
+    EXPECT_EQ(file.group("tensors").object_string_attribute("weights", "xxh3_64").size(), 16u);
+    const hid_t dataset = H5Dopen2(file.id(), "/tensors/weights", H5P_DEFAULT);
+    offset = H5Dget_offset(dataset);
+    H5Dclose(dataset);
+  }
+  ASSERT_NE(offset, HADDR_UNDEF);
+  std::string bytes = tandem::testing::read_text(path);
+  bytes[offset + 12345] ^= 0x01;
+  tandem::testing::write_text(path, bytes);
+  const Checkpoint checkpoint = Checkpoint::open(path);
+  std::vector<uint32_t> weights(512 * 1024);
+  std::vector<uint16_t> embed(1024 * 1024);
+  checkpoint.read_tensor("embed", Tensor::view(embed.data(), DType::BF16, Device::CPU, {1024, 1024}));  // intact
+  try {
+    checkpoint.read_tensor("weights", Tensor::view(weights.data(), DType::F32, Device::CPU, {512, 1024}));
+    FAIL() << "read a corrupt tensor";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find(path.string() + ": /tensors/weights: checksum mismatch"), std::string::npos)
+        << error.what();
+  }
+}
+
+// A companion (run.ckpt_<step>.h5) lives and dies with its checkpoint, and one whose
+// checkpoint was never committed goes at the next commit.
+TEST(Checkpoint, CompanionsArePrunedWithTheirCheckpoint) {
+  TempDir dir;
+  for (int64_t step = 1; step <= 3; ++step) {
+    tandem::testing::write_text(dir / checkpoint_companion_name("run", step), "copy");
+    write_checkpoint(dir.path(), StepState(step).contents, 2);
+  }
+  tandem::testing::write_text(dir / checkpoint_companion_name("run", 9), "orphan: its checkpoint never came");
+  write_checkpoint(dir.path(), StepState(4).contents, 2);
+  EXPECT_EQ(files_in(dir.path()), (std::set<std::string>{"ckpt_00000003.h5", "ckpt_00000004.h5", "run.ckpt_00000003.h5"}));
+  EXPECT_EQ(checkpoints_newest_first(dir.path()),
+            (std::vector<fs::path>{dir / "ckpt_00000004.h5", dir / "ckpt_00000003.h5"}));
+}

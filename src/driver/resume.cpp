@@ -47,7 +47,9 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
     const std::string error = load_on_every_rank(candidate, loader, comm);
     if (error.empty()) return candidate;
     notes.push_back("passed over " + candidate.string() + ": " + error);
-    TLOG(warning) << "restart = auto passes over " << candidate.string() << ": " << error;
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0) TLOG(warning) << "restart = auto passes over " << candidate.string() << ": " << error;
     reasons += "\n  " + error;
   }
   if (!candidates.empty())

@@ -189,7 +189,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   if (resume_from) {
     TLOG(info) << "resumed from " << resume_from->string() << " at step " << step;
     changed_keys = changed_deck_keys(resumed_deck, deck.resolved_text());
-    for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
+    if (root)
+      for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
   } else {
     // A fresh start: the pretrained weights of model.path, or a random model from the seed.
     copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
@@ -361,12 +362,14 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
                << " | " << format_fixed(rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0, 0)
                << " rollout tok/s | handoff " << format_bytes(moved) << " | peak device " << format_bytes(stats.device_peak)
                << " host " << format_bytes(stats.host_peak) << " | e.g. " << rollout.example;
+    // The entropy and the report are the same on every rank: rank 0 says them.
     if (!sft)
-      if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean)) TLOG(warning) << *collapse;
+      if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
+        TLOG(warning) << *collapse;
     if (stop_here)
       throw NumericalFailureError(non_finite_text + "; the update was skipped and checkpoint " +
                                   checkpoint_file_name(step) + " holds the weights before it (train.on-nonfinite = skip would step over it)");
-    if (non_finite)
+    if (non_finite && root)
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
   set_log_step(-1);

@@ -11,7 +11,6 @@
 #include <boost/log/support/date_time.hpp>
 #include <boost/log/attributes/clock.hpp>
 #include <boost/log/sinks/basic_sink_backend.hpp>
-#include <boost/log/utility/manipulators/add_value.hpp>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -134,7 +133,13 @@ void add_log_file(const std::filesystem::path& folder) {
 }
 
 void log_fatal_to_file(const std::string& message) {
-  if (file_sink) BOOST_LOG_SEV(logger(), logging::trivial::fatal) << logging::add_value(file_only_attr, true) << message;
+  // The attribute must be the logger's: sinks filter a record before its stream runs.
+  static boost::log::sources::severity_logger_mt<LogLevel> file_only = [] {
+    boost::log::sources::severity_logger_mt<LogLevel> logger;
+    logger.add_attribute("FileOnly", logging::attributes::constant<bool>(true));
+    return logger;
+  }();
+  if (file_sink) BOOST_LOG_SEV(file_only, logging::trivial::fatal) << message;
 }
 
 void set_log_step(long step) { step_value.set(step); }

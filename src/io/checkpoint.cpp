@@ -122,7 +122,7 @@ void remove_or_throw(const std::filesystem::path& path, const std::string& why) 
 }
 
 // Unusable files under a final name are left alone: the writer never produces them, so
-// they are evidence of something else going wrong, and find_latest_checkpoint skips them.
+// they are evidence of something else going wrong, and a restart passes over them.
 void prune(const std::filesystem::path& folder, int64_t committed_step, int keep_last) {
   for (const auto& entry : std::filesystem::directory_iterator(folder))
     if (std::regex_match(entry.path().filename().string(), temporary_name_pattern()))
@@ -216,24 +216,6 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
   return paths;
 }
 
-CheckpointSearch find_latest_checkpoint(const std::filesystem::path& folder) {
-  CheckpointSearch search;
-  if (!std::filesystem::is_directory(folder)) return search;
-  for (const auto& candidate : checkpoints_in(folder)) {
-    try {
-      const Checkpoint checkpoint = Checkpoint::open(candidate.path);
-      if (checkpoint.step() != candidate.step)
-        throw std::runtime_error(candidate.path.string() + ": holds step " + std::to_string(checkpoint.step()) +
-                                 ", not the step its name says");
-      search.latest = candidate.path;
-      return search;
-    } catch (const std::exception& error) {
-      search.skipped.push_back(error.what());
-    }
-  }
-  return search;
-}
-
 Checkpoint::Checkpoint(std::filesystem::path path, hdf5::File file) : path_(std::move(path)), file_(std::move(file)) {}
 
 Checkpoint Checkpoint::open(const std::filesystem::path& path) {
@@ -252,6 +234,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
   checkpoint.format_version_ = format_version;
   const hdf5::File& opened = checkpoint.file_;
   checkpoint.step_ = opened.int_attribute("step");
+  std::smatch match;
+  const std::string name = path.filename().string();
+  if (std::regex_match(name, match, final_name_pattern()) && std::stoll(match[1].str()) != checkpoint.step_)
+    throw std::runtime_error(path.string() + ": holds step " + std::to_string(checkpoint.step_) +
+                             ", not the step its name says");
   checkpoint.data_cursor_ = opened.int_attribute("data_cursor");
   checkpoint.version_ = opened.string_attribute("version");
   checkpoint.git_revision_ = opened.string_attribute("git_revision");

@@ -53,13 +53,6 @@ std::filesystem::path commit_checkpoint(const std::filesystem::path& folder, int
 std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents,
                                        int keep_last);
 
-struct CheckpointSearch {
-  std::optional<std::filesystem::path> latest;  // empty: no usable checkpoint
-  std::vector<std::string> skipped;             // "<path>: <why>" for newer unusable files
-};
-// The newest `ckpt_*.h5` in `folder` that opens, is complete and holds the step its name
-// says. A missing folder gives an empty result.
-CheckpointSearch find_latest_checkpoint(const std::filesystem::path& folder);
 // Every file named like a checkpoint, newest step first, loadable or not (restart = auto
 // falls back along this list when the newest fails its checks).
 std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& folder);
@@ -67,6 +60,8 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
 // A complete checkpoint opened for reading; the file stays open while the object lives.
 class Checkpoint {
  public:
+  // Throws when the file is not a complete checkpoint, or is named ckpt_<n>.h5 and holds
+  // another step (a copy under the wrong name).
   static Checkpoint open(const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }

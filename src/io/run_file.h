@@ -13,6 +13,7 @@
 // file, works, flushes and closes it, so the file is only open (and only at risk from a
 // crash) for the milliseconds of one append, and readers can open it between appends.
 // Other groups (samples) can be added next to /metrics by later code.
+// What keeps it resumable through a crash or a full disk: run_file_copy.h.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/resource.h>
@@ -121,6 +122,13 @@ TEST(CliCrashSafety, KillNineAroundTheCheckpointCommitLosesNoRow) {
     bool killed = false;
     alignas(inotify_event) char buffer[4096];
     while (!killed) {
+      // A job that ends, or never checkpoints within a minute, fails the test instead of hanging it.
+      pollfd ready{watch, POLLIN, 0};
+      if (poll(&ready, 1, 60000) != 1 || waitpid(child, nullptr, WNOHANG) != 0) {
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+        FAIL() << "the job ended, or wrote no checkpoint within a minute";
+      }
       const ssize_t n = read(watch, buffer, sizeof buffer);
       ASSERT_GT(n, 0);
       for (char* at = buffer; at < buffer + n && !killed;) {

@@ -17,6 +17,7 @@
 #include "driver/run_job.h"
 #include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
+#include "world/errors.h"
 #include "world/version.h"
 
 namespace {
@@ -106,6 +107,12 @@ int main(int argc, char** argv) {
   } catch (const tandem::DeckError& error) {
     if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
     status = kExitDeckError;
+  } catch (const tandem::BadInputError& error) {  // thrown on every rank alike
+    if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
+    status = kExitDeckError;
+  } catch (const tandem::NumericalFailureError& error) {  // thrown on every rank alike
+    if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
+    status = 3;
   } catch (const std::exception& error) {
     std::cerr << "tandem: rank " << rank << ": " << error.what() << "\n";
     // A rank failing alone would leave the others waiting in a collective.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <random>
 #include <set>
@@ -64,10 +65,29 @@ std::set<std::string> files_in(const fs::path& folder) {
   return names;
 }
 
+// What restart = auto tries first: the newest file that opens; and why newer ones do not.
+struct Newest {
+  std::optional<fs::path> latest;
+  std::vector<std::string> skipped;
+};
+Newest newest_that_opens(const fs::path& folder) {
+  Newest newest;
+  for (const fs::path& candidate : checkpoints_newest_first(folder)) {
+    try {
+      Checkpoint::open(candidate);
+      newest.latest = candidate;
+      return newest;
+    } catch (const std::exception& error) {
+      newest.skipped.push_back(error.what());
+    }
+  }
+  return newest;
+}
+
 int64_t latest_step(const fs::path& folder) {
-  const CheckpointSearch search = find_latest_checkpoint(folder);
-  if (!search.latest) throw std::runtime_error("no checkpoint in " + folder.string());
-  return Checkpoint::open(*search.latest).step();
+  const Newest newest = newest_that_opens(folder);
+  if (!newest.latest) throw std::runtime_error("no checkpoint in " + folder.string());
+  return Checkpoint::open(*newest.latest).step();
 }
 
 }  // namespace
@@ -118,7 +138,7 @@ TEST(Checkpoint, CrashAfterTheTemporaryLeavesThePreviousOneLatest) {
   const fs::path temporary = write_checkpoint_temporary(dir.path(), StepState(2).contents);
   EXPECT_EQ(temporary, dir / ".ckpt_00000002.h5.tmp");
   // The writer "dies" here, before commit.
-  const CheckpointSearch search = find_latest_checkpoint(dir.path());
+  const Newest search = newest_that_opens(dir.path());
   ASSERT_TRUE(search.latest);
   EXPECT_EQ(*search.latest, dir / "ckpt_00000001.h5");
   EXPECT_TRUE(search.skipped.empty());
@@ -130,7 +150,7 @@ TEST(Checkpoint, CrashAfterTheTemporaryLeavesThePreviousOneLatest) {
   EXPECT_THROW(commit_checkpoint(dir.path(), 3, 2), std::runtime_error);  // nothing written for 3
 }
 
-TEST(Checkpoint, FindLatestSkipsCorruptAndIncompleteFiles) {
+TEST(Checkpoint, CorruptIncompleteAndMisnamedFilesDoNotOpen) {
   TempDir dir;
   write_checkpoint(dir.path(), StepState(3).contents, 0);
   tandem::testing::write_text(dir / "ckpt_00000005.h5", "truncated garbage");
@@ -143,7 +163,7 @@ TEST(Checkpoint, FindLatestSkipsCorruptAndIncompleteFiles) {
     fs::rename(dir / ".ckpt_00000004.h5.tmp", dir / "ckpt_00000004.h5");
   }
   fs::copy_file(dir / "ckpt_00000003.h5", dir / "ckpt_00000006.h5");  // holds step 3
-  const CheckpointSearch search = find_latest_checkpoint(dir.path());
+  const Newest search = newest_that_opens(dir.path());
   ASSERT_TRUE(search.latest);
   EXPECT_EQ(*search.latest, dir / "ckpt_00000003.h5");
   ASSERT_EQ(search.skipped.size(), 3u);
@@ -151,7 +171,7 @@ TEST(Checkpoint, FindLatestSkipsCorruptAndIncompleteFiles) {
   EXPECT_NE(search.skipped[1].find("ckpt_00000005.h5: cannot open HDF5 file"), std::string::npos) << search.skipped[1];
   EXPECT_NE(search.skipped[2].find("ckpt_00000004.h5: checkpoint is incomplete"), std::string::npos)
       << search.skipped[2];
-  EXPECT_FALSE(find_latest_checkpoint(dir / "absent").latest);
+  EXPECT_FALSE(newest_that_opens(dir / "absent").latest);
 }
 
 TEST(Checkpoint, KeepsTheLastKAndDropsStaleTemporaries) {
@@ -217,7 +237,7 @@ TEST(Checkpoint, KillAtAnyInstantLeavesALoadableCheckpoint) {
     ASSERT_EQ(waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the writer stopped by itself, status " << status;
 
-    const CheckpointSearch search = find_latest_checkpoint(dir.path());
+    const Newest search = newest_that_opens(dir.path());
     ASSERT_TRUE(search.latest) << "round " << round;
     EXPECT_TRUE(search.skipped.empty()) << search.skipped.front();
     const int64_t latest = Checkpoint::open(*search.latest).step();
@@ -230,4 +250,49 @@ TEST(Checkpoint, KillAtAnyInstantLeavesALoadableCheckpoint) {
   EXPECT_GT(previous, 0) << "no round got a checkpoint through; the kills came too early to test anything";
   write_checkpoint(dir.path(), StepState(previous + 1).contents, 2);
   for (const auto& name : files_in(dir.path())) EXPECT_EQ(name.rfind(".ckpt_", 0), std::string::npos) << name;
+}
+
+// Every tensor carries the XXH3 of its bytes: a byte changed on disk fails the read,
+// naming the file and the tensor; the RNG states are verified when the file opens.
+TEST(Checkpoint, AFlippedByteFailsItsTensorsChecksum) {
+  TempDir dir;
+  const fs::path path = write_checkpoint(dir.path(), StepState(10).contents, 3);
+  haddr_t offset = HADDR_UNDEF;
+  {
+    const hdf5::File file = hdf5::File::open(path, hdf5::File::Access::ReadOnly);
+    EXPECT_EQ(file.group("tensors").object_string_attribute("weights", "xxh3_64").size(), 16u);
+    const hid_t dataset = H5Dopen2(file.id(), "/tensors/weights", H5P_DEFAULT);
+    offset = H5Dget_offset(dataset);
+    H5Dclose(dataset);
+  }
+  ASSERT_NE(offset, HADDR_UNDEF);
+  std::string bytes = tandem::testing::read_text(path);
+  bytes[offset + 12345] ^= 0x01;
+  tandem::testing::write_text(path, bytes);
+  const Checkpoint checkpoint = Checkpoint::open(path);
+  std::vector<uint32_t> weights(512 * 1024);
+  std::vector<uint16_t> embed(1024 * 1024);
+  checkpoint.read_tensor("embed", Tensor::view(embed.data(), DType::BF16, Device::CPU, {1024, 1024}));  // intact
+  try {
+    checkpoint.read_tensor("weights", Tensor::view(weights.data(), DType::F32, Device::CPU, {512, 1024}));
+    FAIL() << "read a corrupt tensor";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find(path.string() + ": /tensors/weights: checksum mismatch"), std::string::npos)
+        << error.what();
+  }
+}
+
+// A companion (run.ckpt_<step>.h5) lives and dies with its checkpoint, and one whose
+// checkpoint was never committed goes at the next commit.
+TEST(Checkpoint, CompanionsArePrunedWithTheirCheckpoint) {
+  TempDir dir;
+  for (int64_t step = 1; step <= 3; ++step) {
+    tandem::testing::write_text(dir / checkpoint_companion_name("run", step), "copy");
+    write_checkpoint(dir.path(), StepState(step).contents, 2);
+  }
+  tandem::testing::write_text(dir / checkpoint_companion_name("run", 9), "orphan: its checkpoint never came");
+  write_checkpoint(dir.path(), StepState(4).contents, 2);
+  EXPECT_EQ(files_in(dir.path()), (std::set<std::string>{"ckpt_00000003.h5", "ckpt_00000004.h5", "run.ckpt_00000003.h5"}));
+  EXPECT_EQ(checkpoints_newest_first(dir.path()),
+            (std::vector<fs::path>{dir / "ckpt_00000004.h5", dir / "ckpt_00000003.h5"}));
 }

@@ -65,6 +65,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},
 
+      {"train.on-nonfinite", Choice, "stop", "", "a step whose gradients hold NaN or Inf: stop = end the job (exit 3) after a checkpoint of the last good weights, skip = drop its update with a warning (counted in the run file's skipped column)", {}, {"stop", "skip"}},
+
       {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
 
       {"model.path", String, "", "", "Hugging Face model folder (config.json, safetensors, tokenizer.json), read at start-up, not by --check; empty = tandem creates a tiny random model from the sizes below"},

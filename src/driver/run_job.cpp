@@ -18,8 +18,15 @@
 #include "driver/phase_memory.h"
 #include "driver/optimizer_from_deck.h"
 #include "driver/trainer_checkpoint.h"
+#include "driver/non_finite_step.h"
+#include "driver/resume.h"
+#include "deck/deck_diff.h"
 #include "io/checkpoint.h"
 #include "io/run_file.h"
+#include "io/run_file_copy.h"
+#include "tensor/finite.h"
+#include "train/entropy_watch.h"
+#include "world/errors.h"
 #include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
@@ -109,7 +116,19 @@ std::string rng_state(const std::mt19937_64& rng) {
 
 }  // namespace
 
+static int run_job_logged(const Deck& deck, MPI_Comm comm);
+
+// Every error that ends the job goes to tandem.log as well as to stderr (main prints it).
 int run_job(const Deck& deck, MPI_Comm comm) {
+  try {
+    return run_job_logged(deck, comm);
+  } catch (const std::exception& error) {
+    log_fatal_to_file(error.what());
+    throw;
+  }
+}
+
+static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
                                                 static_cast<int>(deck.get<int64_t>("world.threads"))});
   init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
@@ -157,30 +176,34 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   TLOG(info) << "\n" << plan.table();
   check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
 
-  // Restart: the newest complete checkpoint of this run, a named one, or none.
+  // Restart: the newest checkpoint of this run that loads and verifies, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
   std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(world->rank()));
   int64_t step = 0, data_cursor = 0;
-  const std::string restart = deck.get<std::string>("run.restart");
-  std::optional<fs::path> resume_from;
-  if (restart == "auto") {
-    const CheckpointSearch search = find_latest_checkpoint(folder);
-    for (const auto& skipped : search.skipped) TLOG(warning) << "skipping checkpoint " << skipped;
-    resume_from = search.latest;
-  } else if (restart != "never") {
-    resume_from = fs::path(restart);
-  }
-  if (resume_from) {
-    const Checkpoint checkpoint = Checkpoint::open(*resume_from);
+  std::string resumed_deck;
+  std::vector<std::string> resume_notes;
+  CheckpointLoader loader;
+  loader.check_fits = [&](const Checkpoint& checkpoint) {
     if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
-      throw std::runtime_error(resume_from->string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
-                               " ranks, this job has " + std::to_string(world->size()));
+      throw BadInputError(checkpoint.path().string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
+                          " ranks, this job has " + std::to_string(world->size()));
+  };
+  loader.load = [&](const Checkpoint& checkpoint) {
     trainer_checkpoint.read(checkpoint);
     memory.rebuild_working();
     std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
     step = checkpoint.step();
     data_cursor = checkpoint.data_cursor();
+    resumed_deck = checkpoint.deck_text();
+  };
+  const std::optional<fs::path> resume_from =
+      resume_checkpoint(folder, deck.get<std::string>("run.restart"), loader, comm, resume_notes);
+  std::vector<std::string> changed_keys;
+  if (resume_from) {
     TLOG(info) << "resumed from " << resume_from->string() << " at step " << step;
+    changed_keys = changed_deck_keys(resumed_deck, deck.resolved_text());
+    if (root)
+      for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
   } else {
     // A fresh start: the pretrained weights of model.path, or a random model from the seed.
     copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
@@ -190,15 +213,17 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   std::optional<RunFile> run_file;
   if (root) {
     const fs::path path = folder / kRunFileName;
-    if (fs::exists(path) && resume_from) {
-      run_file = RunFile::open(path);
-      run_file->truncate_after(step);
-    } else {
+    const size_t notes_before = resume_notes.size();
+    if (resume_from) run_file = resume_run_file(folder, *resume_from, step, resume_notes);
+    for (size_t i = notes_before; i < resume_notes.size(); ++i) TLOG(warning) << resume_notes[i];
+    if (!run_file) {
       if (fs::exists(path)) fs::remove(path);  // a fresh start replaces the old run's record
       std::vector<std::string> devices;
       for (const RankPlacement& p : world->placements()) devices.push_back(p.device + " @ " + p.host);
       run_file = RunFile::create(path, RunInfo{deck.resolved_text(), tandem_version(), tandem_git_revision(), world->size(), devices, now_iso8601()});
     }
+    run_file->append_job(JobRecord{now_iso8601(), deck.resolved_text(), resume_from ? resume_from->string() : "", step,
+                                   changed_keys, resume_notes});
   }
 
   const int64_t steps = deck.get<int64_t>("run.steps");
@@ -209,6 +234,9 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
   const int64_t last_step = steps_per_job > 0 ? std::min(steps, step + steps_per_job) : steps;
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
+  const OnNonFinite on_non_finite = on_non_finite_from_name(deck.get<std::string>("train.on-nonfinite"));
+  EntropyWatch entropy_watch(model.vocab);
+  int64_t skipped_steps = 0;
   PhaseTimers timers;
   const auto loop_start = std::chrono::steady_clock::now();
   {
@@ -253,7 +281,14 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       train_peak = phase_memory.end();
     }
     data_cursor += rollout.prompts_drawn;  // over all ranks: a restart draws the next prompts
-    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
+    // Every rank sees the same norm (after the all-reduce), so all take this branch together.
+    const bool non_finite = !std::isfinite(trained.grad_norm);
+    const std::string non_finite_text = non_finite ? non_finite_report(comm, step, trained.grad_norm, trained.non_finite) : "";
+    const bool stop_here = non_finite && on_non_finite == OnNonFinite::Stop;
+    // Committed after the step's metrics row (see run_file_copy.h); root only.
+    bool checkpoint_pending = false;
+    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps) ||
+        stop_here) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
       if (state_file) state_msync_seconds = state_file->sync();
@@ -261,7 +296,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       if (root) {
         CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
         const auto host = trainer_checkpoint.add_to(contents);
-        last_checkpoint = write_checkpoint(folder, contents, keep).string();
+        write_checkpoint_temporary(folder, contents);
+        checkpoint_pending = true;
       }
     }
     {
@@ -327,6 +363,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       measured[phase] = largest(measured[phase], peak);
     derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
+    metrics.push_back({"skipped", non_finite ? 1.0 : 0.0});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
     const ResidentMemory resident = resident_memory();  // rank 0's
@@ -337,6 +374,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     if (root) {
       run_file->append_metrics(step, metrics);
       if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, GrpoStep::samples(rollout, trained));
+      if (checkpoint_pending) {
+        ScopedPhase phase(timers, "checkpoint");
+        save_run_file_copy(folder, step);
+        last_checkpoint = commit_checkpoint(folder, step, keep).string();
+      }
     }
     TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
                << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
@@ -345,6 +387,15 @@ int run_job(const Deck& deck, MPI_Comm comm) {
                << " | " << format_fixed(rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0, 0)
                << " rollout tok/s | handoff " << format_bytes(moved) << " | peak device " << format_bytes(stats.device_peak)
                << " host " << format_bytes(stats.host_peak) << " | e.g. " << rollout.example;
+    // The entropy and the report are the same on every rank: rank 0 says them.
+    if (!sft)
+      if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
+        TLOG(warning) << *collapse;
+    if (stop_here)
+      throw NumericalFailureError(non_finite_text + "; the update was skipped and checkpoint " +
+                                  checkpoint_file_name(step) + " holds the weights before it (train.on-nonfinite = skip would step over it)");
+    if (non_finite && root)
+      TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
   set_log_step(-1);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();

@@ -1,7 +1,9 @@
 #include "driver/trainer_checkpoint.h"
 
 #include "tensor/device_copy.h"
+#include "tensor/finite.h"
 #include "train/muon.h"
+#include "world/errors.h"
 
 namespace tandem {
 
@@ -22,8 +24,12 @@ TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKin
 void TrainerCheckpoint::read(const Checkpoint& checkpoint) const {
   for (const Slab& slab : slabs_) {
     std::vector<float> host(static_cast<size_t>(slab.memory.numel()), 0.0f);
-    for (const auto& [name, info] : slab.tensors)
-      checkpoint.read_tensor(name, Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape));
+    for (const auto& [name, info] : slab.tensors) {
+      const Tensor tensor = Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape);
+      checkpoint.read_tensor(name, tensor);  // verifies the tensor's checksum
+      const std::string bad = describe_non_finite(tensor);
+      if (!bad.empty()) throw BadInputError(checkpoint.path().string() + ": tensor '" + name + "': " + bad);
+    }
     copy_host_to_tensor(slab.memory, host.data());
   }
 }

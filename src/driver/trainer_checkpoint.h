@@ -20,7 +20,8 @@ class TrainerCheckpoint {
  public:
   TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKind optimizer);
 
-  // Every slab from the checkpoint (parts no tensor covers become zero).
+  // Every slab from the checkpoint (parts no tensor covers become zero). Throws
+  // BadInputError naming the file and tensor for a NaN or infinity.
   void read(const Checkpoint& checkpoint) const;
   // Copies the slabs to host buffers and lists views of them in `contents`: the caller
   // keeps the returned buffers until the checkpoint is written.

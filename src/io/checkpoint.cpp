@@ -10,6 +10,9 @@
 #include <regex>
 #include <stdexcept>
 
+#include "io/checksum.h"
+#include "io/durable_file.h"
+#include "world/errors.h"
 #include "world/version.h"
 
 namespace tandem {
@@ -17,15 +20,23 @@ namespace tandem {
 namespace {
 
 constexpr const char* kFormat = "tandem checkpoint";
-constexpr int64_t kFormatVersion = 1;
+// 2: every tensor (and RNG state) carries the XXH3-64 of its bytes in attribute xxh3_64.
+constexpr int64_t kFormatVersion = 2;
+constexpr const char* kChecksumAttribute = "xxh3_64";
 
 const std::regex& final_name_pattern() {
   static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
   return pattern;
 }
 
+// Companions: `<what>.ckpt_<step>.h5` (the run file's copy: run.ckpt_<step>.h5).
+const std::regex& companion_name_pattern() {
+  static const std::regex pattern(R"([^.]+\.ckpt_(\d+)\.h5)");
+  return pattern;
+}
+
 const std::regex& temporary_name_pattern() {
-  static const std::regex pattern(R"(\.ckpt_\d+\.h5\.tmp)");
+  static const std::regex pattern(R"(\.([^.]+\.)?ckpt_\d+\.h5\.tmp)");
   return pattern;
 }
 
@@ -45,18 +56,6 @@ std::string rank_entry(size_t rank) {
   return text;
 }
 
-// fsync of the file makes its bytes durable; fsync of the folder makes the rename durable.
-void fsync_path(const std::filesystem::path& path, bool is_folder) {
-  const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (is_folder ? O_DIRECTORY : 0));
-  if (descriptor < 0) throw std::runtime_error(path.string() + ": cannot open for fsync: " + std::strerror(errno));
-  if (::fsync(descriptor) != 0) {
-    const int error = errno;
-    ::close(descriptor);
-    throw std::runtime_error(path.string() + ": fsync failed: " + std::strerror(error));
-  }
-  ::close(descriptor);
-}
-
 void write_contents(const std::filesystem::path& path, const CheckpointContents& contents) {
   hdf5::File file = hdf5::File::create(path);
   file.set_attribute("format", kFormat);
@@ -74,11 +73,15 @@ void write_contents(const std::filesystem::path& path, const CheckpointContents&
       // write_tensor only reads through the view.
       rng.write_tensor(rank_entry(rank), Tensor::view(const_cast<char*>(state.data()), DType::U8, Device::CPU,
                                                       {static_cast<int64_t>(state.size())}));
+      rng.set_object_attribute(rank_entry(rank), kChecksumAttribute, xxh3_64_hex(state.data(), state.size()));
     }
   }
   {
     const hdf5::Group tensors = file.create_group("tensors");
-    for (const auto& [name, tensor] : contents.tensors) tensors.write_tensor(name, tensor);
+    for (const auto& [name, tensor] : contents.tensors) {
+      tensors.write_tensor(name, tensor);
+      tensors.set_object_attribute(name, kChecksumAttribute, xxh3_64_hex(tensor.data, tensor.nbytes()));
+    }
   }
   file.set_attribute("complete", int64_t{1});
   file.flush();
@@ -119,13 +122,14 @@ void remove_or_throw(const std::filesystem::path& path, const std::string& why) 
 }
 
 // Unusable files under a final name are left alone: the writer never produces them, so
-// they are evidence of something else going wrong, and find_latest_checkpoint skips them.
+// they are evidence of something else going wrong, and a restart passes over them.
 void prune(const std::filesystem::path& folder, int64_t committed_step, int keep_last) {
   for (const auto& entry : std::filesystem::directory_iterator(folder))
     if (std::regex_match(entry.path().filename().string(), temporary_name_pattern()))
       remove_or_throw(entry.path(), "a stale temporary checkpoint");
   int kept = 0;
-  for (const auto& checkpoint : checkpoints_in(folder)) {
+  const std::vector<FoundCheckpoint> found = checkpoints_in(folder);
+  for (const auto& checkpoint : found) {
     if (checkpoint.step > committed_step) {
       remove_or_throw(checkpoint.path, "a checkpoint after the restart step " + std::to_string(committed_step));
     } else if (keep_last > 0 && is_complete_checkpoint(checkpoint.path)) {
@@ -135,6 +139,30 @@ void prune(const std::filesystem::path& folder, int64_t committed_step, int keep
         remove_or_throw(checkpoint.path, "a checkpoint beyond the newest " + std::to_string(keep_last));
     }
   }
+  // A companion lives as long as its checkpoint; one whose checkpoint never got committed
+  // (a crash between the two renames) goes too.
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, companion_name_pattern()) &&
+        !std::filesystem::exists(folder / checkpoint_file_name(std::stoll(match[1].str()))))
+      remove_or_throw(entry.path(), "the companion of a removed checkpoint");
+  }
+}
+
+// Throws BadInputError naming the file and the entry when `bytes` do not hash to the
+// checksum stored with them. Files of format 1 have none to check.
+void verify_checksum(const hdf5::Group& group, const std::string& name, const void* bytes, size_t size,
+                     int64_t format_version, const std::string& file) {
+  if (format_version < 2) return;
+  const std::string where = file + ": " + (group.path_in_file() == "/" ? "" : group.path_in_file() + "/") + name;
+  if (!group.object_has_attribute(name, kChecksumAttribute))
+    throw BadInputError(where + ": no checksum (attribute " + kChecksumAttribute + "): the file was altered");
+  const std::string stored = group.object_string_attribute(name, kChecksumAttribute);
+  const std::string computed = xxh3_64_hex(bytes, size);
+  if (stored != computed)
+    throw BadInputError(where + ": checksum mismatch (xxh3 " + computed + ", stored " + stored +
+                        "): the checkpoint is corrupt");
 }
 
 }  // namespace
@@ -177,22 +205,15 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& folder, cons
   return commit_checkpoint(folder, contents.step, keep_last);
 }
 
-CheckpointSearch find_latest_checkpoint(const std::filesystem::path& folder) {
-  CheckpointSearch search;
-  if (!std::filesystem::is_directory(folder)) return search;
-  for (const auto& candidate : checkpoints_in(folder)) {
-    try {
-      const Checkpoint checkpoint = Checkpoint::open(candidate.path);
-      if (checkpoint.step() != candidate.step)
-        throw std::runtime_error(candidate.path.string() + ": holds step " + std::to_string(checkpoint.step()) +
-                                 ", not the step its name says");
-      search.latest = candidate.path;
-      return search;
-    } catch (const std::exception& error) {
-      search.skipped.push_back(error.what());
-    }
-  }
-  return search;
+std::string checkpoint_companion_name(const std::string& what, int64_t step) {
+  return what + "." + checkpoint_file_name(step);
+}
+
+std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& folder) {
+  std::vector<std::filesystem::path> paths;
+  if (!std::filesystem::is_directory(folder)) return paths;
+  for (const auto& found : checkpoints_in(folder)) paths.push_back(found.path);
+  return paths;
 }
 
 Checkpoint::Checkpoint(std::filesystem::path path, hdf5::File file) : path_(std::move(path)), file_(std::move(file)) {}
@@ -210,8 +231,14 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
                              ": checkpoint is incomplete (its writer stopped before setting complete = 1)");
 
   Checkpoint checkpoint(path, std::move(file));
+  checkpoint.format_version_ = format_version;
   const hdf5::File& opened = checkpoint.file_;
   checkpoint.step_ = opened.int_attribute("step");
+  std::smatch match;
+  const std::string name = path.filename().string();
+  if (std::regex_match(name, match, final_name_pattern()) && std::stoll(match[1].str()) != checkpoint.step_)
+    throw std::runtime_error(path.string() + ": holds step " + std::to_string(checkpoint.step_) +
+                             ", not the step its name says");
   checkpoint.data_cursor_ = opened.int_attribute("data_cursor");
   checkpoint.version_ = opened.string_attribute("version");
   checkpoint.git_revision_ = opened.string_attribute("git_revision");
@@ -227,6 +254,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
                                  shape_string(info.shape) + ", expected U8 bytes");
       std::string state(static_cast<size_t>(info.shape[0]), '\0');
       rng.read_tensor(entry, Tensor::view(state.data(), DType::U8, Device::CPU, info.shape));
+      verify_checksum(rng, entry, state.data(), state.size(), format_version, path.string());
       checkpoint.rng_states_.push_back(std::move(state));
     }
   }
@@ -248,7 +276,9 @@ const hdf5::TensorInfo& Checkpoint::tensor(const std::string& name) const {
 
 void Checkpoint::read_tensor(const std::string& name, const Tensor& destination) const {
   tensor(name);  // a missing tensor fails here with the checkpoint's message
-  file_.group("tensors").read_tensor(name, destination);
+  const hdf5::Group tensors = file_.group("tensors");
+  tensors.read_tensor(name, destination);
+  verify_checksum(tensors, name, destination.data, destination.nbytes(), format_version_, path_.string());
 }
 
 }  // namespace tandem

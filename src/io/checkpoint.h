@@ -4,12 +4,18 @@
 //                          step, data_cursor, and complete = 1, written last
 //   /deck                  the resolved deck, one string
 //   /rng_states/rank_<r>   one uint8 tensor per rank (the state's bytes); attribute ranks
-//   /tensors/<name>        every tensor, with attributes dtype and shape
+//   /tensors/<name>        every tensor, with attributes dtype, shape and xxh3_64 (the
+//                          XXH3-64 of its raw bytes, 16 hex digits; rng states too)
 //
 // A kill at any instant leaves the previous checkpoint loadable: the file is written
 // under a temporary name (`.ckpt_<step>.h5.tmp`), marked complete, flushed, closed and
 // fsynced, then renamed into place and the folder fsynced. A file under the final name
-// is therefore always whole; `complete` guards against copies and hand edits as well.
+// is therefore always whole; `complete` guards against copies and hand edits as well,
+// and the checksums against bytes that changed on disk: read_tensor verifies them.
+//
+// A checkpoint may have companions, `<what>.ckpt_<step>.h5` beside it (the run file as
+// of that step: run.ckpt_<step>.h5), written durably before the checkpoint is committed;
+// pruning removes them with their checkpoint, and those whose checkpoint never came.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -32,6 +38,7 @@ struct CheckpointContents {
 };
 
 std::string checkpoint_file_name(int64_t step);  // "ckpt_00000010.h5"
+std::string checkpoint_companion_name(const std::string& what, int64_t step);  // "run.ckpt_00000010.h5"
 
 // Stage 1: the whole checkpoint under its temporary name, closed and fsynced. Returns
 // that path. On failure the temporary file is removed and the error rethrown.
@@ -46,17 +53,15 @@ std::filesystem::path commit_checkpoint(const std::filesystem::path& folder, int
 std::filesystem::path write_checkpoint(const std::filesystem::path& folder, const CheckpointContents& contents,
                                        int keep_last);
 
-struct CheckpointSearch {
-  std::optional<std::filesystem::path> latest;  // empty: no usable checkpoint
-  std::vector<std::string> skipped;             // "<path>: <why>" for newer unusable files
-};
-// The newest `ckpt_*.h5` in `folder` that opens, is complete and holds the step its name
-// says. A missing folder gives an empty result.
-CheckpointSearch find_latest_checkpoint(const std::filesystem::path& folder);
+// Every file named like a checkpoint, newest step first, loadable or not (restart = auto
+// falls back along this list when the newest fails its checks).
+std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& folder);
 
 // A complete checkpoint opened for reading; the file stays open while the object lives.
 class Checkpoint {
  public:
+  // Throws when the file is not a complete checkpoint, or is named ckpt_<n>.h5 and holds
+  // another step (a copy under the wrong name).
   static Checkpoint open(const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }
@@ -70,7 +75,8 @@ class Checkpoint {
 
   bool has_tensor(const std::string& name) const;
   const hdf5::TensorInfo& tensor(const std::string& name) const;  // throws when missing
-  // Fills `destination` after checking its dtype and shape against the stored ones.
+  // Fills `destination` after checking its dtype and shape against the stored ones, then
+  // its bytes against the stored checksum (BadInputError naming the file and tensor).
   void read_tensor(const std::string& name, const Tensor& destination) const;
 
  private:
@@ -78,6 +84,7 @@ class Checkpoint {
 
   std::filesystem::path path_;
   hdf5::File file_;
+  int64_t format_version_ = 0;
   int64_t step_ = 0;
   int64_t data_cursor_ = 0;
   std::string deck_text_;

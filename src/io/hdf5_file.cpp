@@ -399,6 +399,32 @@ int64_t Group::int_attribute(const std::string& name) const {
   return read_int_attribute(id(), name, file_ + ": " + path_);
 }
 
+namespace {
+
+Handle open_object(const Group& group, const std::string& object, const std::string& where) {
+  validate_name(object, group.file());
+  if (!group.contains(object)) throw std::runtime_error(where + " is missing");
+  return checked(H5Oopen(group.id(), object.c_str(), H5P_DEFAULT), H5Oclose, where + ": cannot open");
+}
+
+}  // namespace
+
+bool Group::object_has_attribute(const std::string& object, const std::string& name) const {
+  const std::string where = file_ + ": " + describe(object);
+  const Handle opened = open_object(*this, object, where);
+  return check_bool(H5Aexists(opened.get(), name.c_str()), where + ": cannot look up attribute " + quoted(name));
+}
+
+void Group::set_object_attribute(const std::string& object, const std::string& name, const std::string& value) const {
+  const std::string where = file_ + ": " + describe(object);
+  write_string_attribute(open_object(*this, object, where).get(), name, value, where);
+}
+
+std::string Group::object_string_attribute(const std::string& object, const std::string& name) const {
+  const std::string where = file_ + ": " + describe(object);
+  return read_string_attribute(open_object(*this, object, where).get(), name, where);
+}
+
 void Group::write_string(const std::string& name, const std::string& text) const {
   const std::string where = file_ + ": " + describe(name);
   write_string_dataset(*this, name, {text}, scalar_space(where), where);

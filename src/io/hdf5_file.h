@@ -84,6 +84,10 @@ class Group {
   void set_attribute(const std::string& name, int64_t value) const;
   std::string string_attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name) const;
+  // String attributes of the object `object` below this group (a dataset, say).
+  bool object_has_attribute(const std::string& object, const std::string& name) const;
+  void set_object_attribute(const std::string& object, const std::string& name, const std::string& value) const;
+  std::string object_string_attribute(const std::string& object, const std::string& name) const;
 
   // Scalar UTF-8 string dataset (no 64 KiB attribute limit, so long texts fit).
   void write_string(const std::string& name, const std::string& text) const;

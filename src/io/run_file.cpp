@@ -343,6 +343,53 @@ void RunFile::truncate_after(int64_t step) const {
   file.close();
 }
 
+namespace {
+
+std::string job_group_name(size_t number) {
+  char name[32];
+  std::snprintf(name, sizeof name, "job_%04zu", number);
+  return name;
+}
+
+}  // namespace
+
+void RunFile::append_job(const JobRecord& job) const {
+  hdf5::File file = open_checked(path_, hdf5::File::Access::ReadWrite);
+  {
+    const hdf5::Group all = file.require_group("jobs");
+    size_t number = 1;
+    while (all.contains(job_group_name(number))) ++number;
+    const hdf5::Group group = all.create_group(job_group_name(number));
+    group.set_attribute("started_at", job.started_at);
+    group.set_attribute("resumed_from", job.resumed_from);
+    group.set_attribute("resumed_step", job.resumed_step);
+    group.write_string("deck", job.deck_text);
+    group.write_strings("changed_keys", job.changed_keys);
+    group.write_strings("notes", job.notes);
+  }
+  file.flush();
+  file.close();
+}
+
+std::vector<JobRecord> RunFile::jobs() const {
+  const hdf5::File file = open_checked(path_, hdf5::File::Access::ReadOnly);
+  std::vector<JobRecord> jobs;
+  if (!file.contains("jobs")) return jobs;
+  const hdf5::Group all = file.group("jobs");
+  for (size_t number = 1; all.contains(job_group_name(number)); ++number) {
+    const hdf5::Group group = all.group(job_group_name(number));
+    JobRecord job;
+    job.started_at = group.string_attribute("started_at");
+    job.resumed_from = group.string_attribute("resumed_from");
+    job.resumed_step = group.int_attribute("resumed_step");
+    job.deck_text = group.read_string("deck");
+    job.changed_keys = group.read_strings("changed_keys");
+    job.notes = group.read_strings("notes");
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
 std::vector<int64_t> RunFile::steps() const {
   const hdf5::File file = open_checked(path_, hdf5::File::Access::ReadOnly);
   return read_all<int64_t>(open_column(file.group("metrics"), kStepColumn), H5T_NATIVE_INT64);

@@ -7,11 +7,13 @@
 //   /metrics/step     int64, one row per appended step
 //   /metrics/<name>   float64, same length; NaN where the metric was not recorded
 //   /samples/step_N   rollout samples of some steps (see append_samples)
+//   /jobs/job_N       one group per job of the run (see append_job)
 //
 // h5py users read a column with `f['metrics/reward_mean'][:]`. Every operation opens the
 // file, works, flushes and closes it, so the file is only open (and only at risk from a
 // crash) for the milliseconds of one append, and readers can open it between appends.
 // Other groups (samples) can be added next to /metrics by later code.
+// What keeps it resumable through a crash or a full disk: run_file_copy.h.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -33,6 +35,18 @@ struct RunInfo {
 };
 
 using MetricValues = std::vector<std::pair<std::string, double>>;
+
+// What one job of a run started from: its resolved deck, and for a restart the
+// checkpoint, the keys whose values differ from the checkpoint's deck, and what the
+// restart had to work around (a checkpoint passed over, the run file restored).
+struct JobRecord {
+  std::string started_at;  // ISO 8601
+  std::string deck_text;
+  std::string resumed_from;  // checkpoint path; empty for a fresh start
+  int64_t resumed_step = 0;
+  std::vector<std::string> changed_keys;  // "run.steps: 6 -> 8"
+  std::vector<std::string> notes;
+};
 
 // One rollout sample as the run file keeps it, for the token-level view of a step.
 struct SampleRecord {
@@ -70,6 +84,11 @@ class RunFile {
   void append_samples(int64_t step, const std::vector<SampleRecord>& samples) const;
   std::vector<SampleRecord> samples(int64_t step) const;
   std::vector<int64_t> sample_steps() const;
+
+  // /jobs/job_<4 digits, from 1>/: deck, changed_keys, notes (strings); attributes
+  // started_at, resumed_from, resumed_step. Jobs are kept through truncate_after.
+  void append_job(const JobRecord& job) const;
+  std::vector<JobRecord> jobs() const;
 
   std::vector<int64_t> steps() const;
   std::vector<std::string> metric_names() const;  // without "step", in name order

@@ -8,6 +8,8 @@
 #include "io/safetensors.h"
 #include "tensor/bf16.h"
 #include "tensor/f16.h"
+#include "tensor/finite.h"
+#include "world/errors.h"
 
 namespace tandem {
 
@@ -73,6 +75,9 @@ void load_hf_weights(const std::filesystem::path& folder, const ParameterSet& pa
         throw std::runtime_error(file->path().string() + ": tensor '" + info.name + "' has dtype " +
                                  dtype_name(entry.dtype) + "; tandem loads F32, BF16 or F16 weights");
     }
+    // A NaN in the weights would surface steps later in the sampler, naming nothing.
+    const std::string bad = describe_non_finite(params.all[i]);
+    if (!bad.empty()) throw BadInputError(file->path().string() + ": tensor '" + info.name + "': " + bad);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "train/gradient_clipping.h"
+#include "train/nonfinite_gradients.h"
 #include "train/trainer_backend.h"
 
 namespace tandem {
@@ -244,12 +245,24 @@ void PolicyTrainer::accumulate_gradients(const Packed& packed, TokenValues& valu
                           : std::span(vector).subspan(static_cast<size_t>(micro.begin),
                                                       static_cast<size_t>(micro.tokens()));
   };
-  for (const MicroBatch& micro : micros) {
+  non_finite_.clear();
+  for (size_t index = 0; index < micros.size(); ++index) {
+    const MicroBatch& micro = micros[index];
     // The reference runs first: the policy's forward must be the last one on the activations.
     if (!values.ref_logp.empty()) forward(reference_, packed, micro, part(values.ref_logp, micro), {}, settings);
     const Tensor logits = forward(params_, packed, micro, part(values.logp, micro), part(values.entropy, micro), settings);
     backward(micro, logits, loss_gradient(micro), settings);
+    // One micro-batch on one rank: the step's norm below tells it at no extra cost.
+    if (micros.size() > 1 || world_size_ > 1) check_micro_batch_gradients(index, micros.size());
   }
+}
+
+void PolicyTrainer::check_micro_batch_gradients(size_t index, size_t count) {
+  // NaN and infinity stay in a sum, so the first micro-batch that leaves the slab
+  // non-finite is the one that brought them; one reduction per micro-batch finds it.
+  if (!non_finite_.empty() || std::isfinite(backend_->square_sum(memory_.grads))) return;
+  non_finite_ = "micro-batch " + std::to_string(index + 1) + " of " + std::to_string(count) + ", tensor " +
+                first_non_finite_gradient(*backend_, memory_.grads, layout_);
 }
 
 double PolicyTrainer::sum_over_ranks(double value) {
@@ -274,7 +287,15 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
     const double factor = clip_scale(result.grad_norm, settings.max_grad_norm);
     if (factor != 1) backend_->scale(grads, static_cast<float>(factor));
   }
-  if (!std::isfinite(result.grad_norm)) return result;  // skip the update, keep the weights
+  if (!std::isfinite(result.grad_norm)) {  // skip the update, keep the weights
+    // Unseen so far: one micro-batch on one rank, or another rank's gradients brought it.
+    if (non_finite_.empty()) {
+      const std::string local = first_non_finite_gradient(*backend_, grads, layout_);
+      non_finite_ = (world_size_ > 1 ? "after the all-reduce, tensor " : "micro-batch 1 of 1, tensor ") + local;
+    }
+    result.non_finite = non_finite_;
+    return result;
+  }
   const OptimizerSettings& optimizer = settings.optimizer;
   const bool muon = optimizer.kind == OptimizerKind::Muon;
   AdamWSettings adamw = optimizer.adamw;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -44,7 +45,11 @@ struct TrainSequence {
 
 struct TrainStepResult {
   double loss = 0;  // of the whole step, over all ranks
-  double grad_norm = 0;
+  double grad_norm = 0;  // not finite: the update was skipped and the weights are unchanged
+  // With a non-finite grad_norm, where this rank first saw it: "micro-batch 2 of 4, tensor
+  // model.layers.0.mlp.up_proj.weight", or "after the all-reduce, tensor ..." when this
+  // rank's own gradients were finite.
+  std::string non_finite;
   int64_t tokens = 0;  // completion tokens that counted
   PolicyLossMetrics metrics;
   double mean_logp = 0;  // over the counted tokens (SFT: minus the cross-entropy)
@@ -146,6 +151,9 @@ class PolicyTrainer {
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
   double sum_over_ranks(double value);
+  // Whether this rank's gradients are still finite after a micro-batch, and if not, the
+  // first micro-batch and tensor that are not, into non_finite_.
+  void check_micro_batch_gradients(size_t index, size_t count);
 
   ModelConfig config_;
   const ParameterLayout& layout_;
@@ -159,6 +167,7 @@ class PolicyTrainer {
   Transformer transformer_;
   Communicator& communicator_;
   int world_size_;
+  std::string non_finite_;  // of the step in progress, see TrainStepResult::non_finite
 };
 
 }  // namespace tandem

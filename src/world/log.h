@@ -21,8 +21,11 @@ struct LogOptions {
 // Console sink (stderr). Safe to call again to change the options.
 void init_logging(const LogOptions& options);
 // Adds a file sink: rank 0 writes FOLDER/tandem.log, rank r writes FOLDER/tandem.rank<r>.log
-// (created only when that rank has something to say).
+// (created only when that rank has something to say). A failed write is reported once on
+// stderr.
 void add_log_file(const std::filesystem::path& folder);
+// A fatal error, to the log file only: main() prints it on stderr as the job ends.
+void log_fatal_to_file(const std::string& message);
 // The step shown in every line from now on (-1 shows "-").
 void set_log_step(long step);
 LogLevel parse_log_level(const std::string& name);

@@ -5,6 +5,8 @@
 //   tandem --help | --version
 //   tandem tokenize --tokenizer PATH [--decode]
 //   tandem generate --model HF_DIR --prompt TEXT [...]
+//   tandem inspect FILE [--json] [--verify]
+//   tandem report RUN_FOLDER
 #include <mpi.h>
 
 #include <cstring>
@@ -15,6 +17,8 @@
 #include "deck/deck.h"
 #include "driver/default_deck.h"
 #include "driver/run_job.h"
+#include "inspect/inspect_command.h"
+#include "report/report_command.h"
 #include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
 #include "world/version.h"
@@ -32,6 +36,9 @@ void print_usage(std::ostream& out) {
       << "  tandem tokenize --tokenizer PATH [--decode]           text lines on stdin -> token ids (or back)\n"
       << "  tandem generate --model HF_DIR --prompt TEXT [--max-new N] [--temperature T] [--top-p P]\n"
       << "                  [--top-k K] [--seed S] [--chat] [--ids]     complete a prompt (temperature 0: greedy)\n"
+      << "  tandem inspect FILE [--metrics A,B] [--last N] [--csv] [--json] [--verify]\n"
+      << "                  what a run file or checkpoint holds (--help: details)\n"
+      << "  tandem report RUN_FOLDER                               write RUN_FOLDER/report.html: plots and token view\n"
       << "  tandem --help | --version\n\n"
       << "Deck options (file: [section] then key = value; command line: --section.key=value):\n";
 }
@@ -79,6 +86,8 @@ int main(int argc, char** argv) {
     }
     if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);
     if (first == "generate") return tandem::generate_command(argc - 1, argv + 1);
+    if (first == "inspect") return tandem::inspect_command(argc - 1, argv + 1);
+    if (first == "report") return tandem::report_command(argc - 1, argv + 1);
   }
 
   Arguments args;

@@ -13,6 +13,7 @@
 #include "driver/model_from_deck.h"
 #include "io/checkpoint.h"
 #include "io/run_file.h"
+#include "report/report_html.h"
 #include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/log.h"
@@ -185,6 +186,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");
+  const int64_t report_every = deck.get<int64_t>("run.report-every");
   // A long run chained over several batch jobs: this job stops after steps-per-job steps
   // with a checkpoint, and the next one (restart = auto) continues from it.
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
@@ -304,7 +306,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);
-      if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, GrpoStep::samples(rollout, trained));
+      if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));
+      if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder);
     }
     TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
                << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
@@ -315,10 +318,12 @@ int run_job(const Deck& deck, MPI_Comm comm) {
                << " host " << format_bytes(stats.host_peak) << " | e.g. " << rollout.example;
   }
   set_log_step(-1);
+  if (root) write_report(folder);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
   TLOG(info) << "run complete\n" << table << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
+             << "\n  report      " << (folder / kReportFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
   return 0;
 }

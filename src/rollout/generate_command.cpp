@@ -7,10 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deck/command_flags.h"
+#include "export/checkpoint_policy.h"
 #include "model/hf_import.h"
 #include "model/parameters.h"
 #include "rollout/engine.h"
@@ -50,13 +52,14 @@ std::vector<int32_t> stop_ids(const Tokenizer& tokenizer, const ModelConfig& con
 int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   namespace po = boost::program_options;
   po::options_description options(
-      "tandem generate: one completion of a prompt by a Hugging Face model folder, on the CPU.\n"
+      "tandem generate: one completion of a prompt by a Hugging Face model folder or the policy\n"
+      "of a tandem checkpoint (ckpt_*.h5), on the CPU.\n"
       "Prints the completion's text (the stop token left out); with --ids, then the generated\n"
       "token ids on one line (the stop token included). A summary goes to stderr");
   options.add_options()
-      ("model", po::value<std::string>()->value_name("DIR")->required(), "folder with config.json and *.safetensors")
+      ("model", po::value<std::string>()->value_name("DIR|CKPT")->required(), "folder with config.json and *.safetensors, or a checkpoint")
       ("prompt", po::value<std::string>()->value_name("TEXT")->required(), "the prompt")
-      ("tokenizer", po::value<std::string>()->value_name("PATH"), "tokenizer.json or its folder (default: --model)")
+      ("tokenizer", po::value<std::string>()->value_name("PATH"), "tokenizer.json or its folder (default: --model, or a checkpoint's model.path)")
       ("max-new", po::value<int>()->value_name("N")->default_value(64), "most tokens to generate")
       ("temperature", po::value<float>()->value_name("T")->default_value(1.0f), "softmax temperature; 0 = greedy")
       ("top-p", po::value<float>()->value_name("P")->default_value(1.0f), "nucleus sampling mass; 1 = off")
@@ -70,10 +73,17 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
 
   try {
     const std::filesystem::path model_dir = flags["model"].as<std::string>();
-    const std::filesystem::path tokenizer_path =
-        flags.count("tokenizer") ? std::filesystem::path(flags["tokenizer"].as<std::string>()) : model_dir;
+    // A checkpoint brings its weights; its tokenizer is the one of the folder the run began from.
+    std::optional<CheckpointPolicy> checkpoint;
+    if (std::filesystem::is_regular_file(model_dir)) checkpoint = load_checkpoint_policy(model_dir);
+    if (checkpoint && checkpoint->origin.empty() && !flags.count("tokenizer"))
+      throw std::runtime_error(model_dir.string() + ": a run of the tiny built-in model, whose character tokenizer "
+                                                    "has no file: give --tokenizer");
+    const std::filesystem::path tokenizer_path = flags.count("tokenizer")
+                                                     ? std::filesystem::path(flags["tokenizer"].as<std::string>())
+                                                     : (checkpoint ? checkpoint->origin : model_dir);
     const bool chat = flags["chat"].as<bool>();
-    const ModelConfig config = load_hf_config(model_dir);
+    const ModelConfig config = checkpoint ? checkpoint->config : load_hf_config(model_dir);
     const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path);
     const std::string text = flags["prompt"].as<std::string>();
 
@@ -91,7 +101,10 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
     const ParameterLayout layout(config);
     Allocation* weights = pool->allocate(tags::weights, layout.slab_bytes(DType::F32), "generate.weights");
     const ParameterSet params = ParameterSet::bind(layout, weights->ptr, DType::F32);
-    load_hf_weights(model_dir, params);
+    if (checkpoint)
+      std::copy(checkpoint->weights.begin(), checkpoint->weights.end(), static_cast<float*>(weights->ptr));
+    else
+      load_hf_weights(model_dir, params);
 
     // Sized for this one sequence: the prompt in one step and a cache that just holds it.
     EngineOptions engine_options;

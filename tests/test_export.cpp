@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "export/checkpoint_policy.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "model/hf_import.h"
 #include "support.h"
 #include "test_model_support.h"
@@ -44,11 +46,13 @@ class Export : public ::testing::Test {
 };
 TempDir* Export::dir_ = nullptr;
 
-// Logits of a fixed token sequence under `weights` (an FP32 slab of the config's layout).
-std::vector<float> logits(const ModelConfig& config, const std::vector<float>& weights) {
-  testing::TinyModel model(config, {16, 1});
+const std::vector<int32_t> kIds = {257, 72, 105, 33, 258, 10, 50, 43, 51, 61};
+
+// Logits of a token sequence under `weights` (an FP32 slab of the config's layout).
+std::vector<float> logits(const ModelConfig& config, const std::vector<float>& weights,
+                          const std::vector<int32_t>& ids = kIds) {
+  testing::TinyModel model(config, {static_cast<int64_t>(ids.size()), 1});
   std::copy(weights.begin(), weights.end(), model.weights.begin());
-  const std::vector<int32_t> ids = {257, 72, 105, 33, 258, 10, 50, 43, 51, 61};
   const std::vector<int32_t> cu = {0, static_cast<int32_t>(ids.size())};
   const Tensor out = model.transformer.forward(model.params, model.acts, ids, cu);
   return std::vector<float>(out.ptr<float>(), out.ptr<float>() + out.numel());
@@ -101,6 +105,21 @@ TEST_F(Export, GenerateReadsTheExportAndTheCheckpointAlike) {
   ASSERT_EQ(from_checkpoint.exit_code, 0) << from_checkpoint.output;
   EXPECT_EQ(from_folder.output, from_checkpoint.output);
   EXPECT_FALSE(from_folder.output.empty());
+
+  // --logits: the prompt's logits, which tools/check_export_transformers.py compares.
+  const std::filesystem::path file = *dir_ / "logits.safetensors";
+  ASSERT_EQ(run_command(tandem_cmd("generate --model " + out.string() + " --prompt 'What is 2+3?' --max-new 1 --logits " +
+                                   file.string())).exit_code, 0);
+  const SafetensorsFile stored(file);
+  const auto id_bytes = stored.bytes("input_ids");
+  std::vector<int32_t> ids(id_bytes.size() / sizeof(int32_t));
+  std::memcpy(ids.data(), id_bytes.data(), id_bytes.size());
+  EXPECT_EQ(ids.size(), std::string("What is 2+3?").size()) << "one token per byte, no BOS";
+  const auto logit_bytes = stored.bytes("logits");
+  std::vector<float> written(logit_bytes.size() / sizeof(float));
+  std::memcpy(written.data(), logit_bytes.data(), logit_bytes.size());
+  const CheckpointPolicy policy = load_checkpoint_policy(checkpoint());
+  EXPECT_EQ(written, logits(policy.config, policy.weights, ids));
 }
 
 TEST(ExportCommand, BadInputExitsTwo) {

@@ -13,8 +13,12 @@
 
 #include "deck/command_flags.h"
 #include "export/checkpoint_policy.h"
+#include "io/safetensors.h"
+#include "model/activations.h"
+#include "model/cpu_ops.h"
 #include "model/hf_import.h"
 #include "model/parameters.h"
+#include "model/transformer.h"
 #include "rollout/engine.h"
 #include "tasks/tokenizer.h"
 #include "tensor/memory_pool.h"
@@ -47,6 +51,23 @@ std::vector<int32_t> stop_ids(const Tokenizer& tokenizer, const ModelConfig& con
   return ids;
 }
 
+// The logits at every prompt position by tandem's CPU forward, with the prompt's ids, in
+// one safetensors file: what tools/check_export_transformers.py holds transformers to.
+void write_prompt_logits(const std::filesystem::path& path, const ModelConfig& config, const ParameterSet& params,
+                         const std::vector<int32_t>& ids, MemoryPool& pool) {
+  CpuOps ops;
+  Transformer transformer(config, ops);
+  const ActivationCapacity capacity{static_cast<int64_t>(ids.size()), 1};
+  Allocation* slab = pool.allocate(tags::activations, Activations::slab_bytes(config, capacity, DType::F32), "generate.logits");
+  Activations acts = Activations::bind(config, capacity, slab->ptr, DType::F32);
+  const std::vector<int32_t> cu_seqlens = {0, static_cast<int32_t>(ids.size())};
+  const Tensor logits = transformer.forward(params, acts, ids, cu_seqlens);
+  const SafetensorsTensor tensors[] = {{"logits", DType::F32, logits.shape, logits.data},
+                                       {"input_ids", DType::I32, {static_cast<int64_t>(ids.size())}, ids.data()}};
+  write_safetensors(path, tensors);
+  pool.release(slab);
+}
+
 }  // namespace
 
 int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -67,6 +88,7 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
       ("seed", po::value<uint64_t>()->value_name("S")->default_value(0), "random seed")
       ("chat", po::bool_switch(), "wrap the prompt in the Qwen3 chat template (one user turn)")
       ("ids", po::bool_switch(), "also print the generated token ids")
+      ("logits", po::value<std::string>()->value_name("FILE"), "also write the logits of every prompt position (and the prompt's ids) to this safetensors file")
       ("help", "print this help");
   po::variables_map flags;
   if (const auto status = parse_command_flags("generate", argc, argv, options, flags, out, err)) return *status;
@@ -105,6 +127,8 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
       std::copy(checkpoint->weights.begin(), checkpoint->weights.end(), static_cast<float*>(weights->ptr));
     else
       load_hf_weights(model_dir, params);
+
+    if (flags.count("logits")) write_prompt_logits(flags["logits"].as<std::string>(), config, params, request.prompt, *pool);
 
     // Sized for this one sequence: the prompt in one step and a cache that just holds it.
     EngineOptions engine_options;

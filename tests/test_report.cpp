@@ -133,8 +133,8 @@ TEST(Report, ChromiumRendersOneSpanPerTokenAndRecoloursByStatistic) {
 
   const std::filesystem::path shots = std::filesystem::path(testing::tandem_binary()).parent_path() / "report_screenshots";
   std::filesystem::create_directories(shots);
-  for (const auto& [name, query] : {std::pair{"plots.png", std::string("?step=2")},
-                                    std::pair{"tokens.png", std::string("?step=2&sample=5&stat=ratio#token-view")}}) {
+  for (const auto& [name, query] : {std::pair{"plots.png", std::string("?show=plots")},
+                                    std::pair{"tokens.png", std::string("?show=tokens&step=2&sample=5&stat=ratio")}}) {
     std::filesystem::remove(shots / name);
     chromium(dir, "--window-size=1400,1000 --screenshot=" + (shots / name).string(), url + query);
     EXPECT_GT(std::filesystem::file_size(shots / name), 10000u) << name;

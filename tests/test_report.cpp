@@ -44,7 +44,7 @@ SampleRecord sample(size_t prompt_tokens, size_t completion_tokens, double rewar
   }
   for (size_t i = 0; i < completion_tokens; ++i) {
     s.completion_tokens.push_back(static_cast<int32_t>(i % 97));
-    s.completion_pieces.push_back(i % 9 == 8 ? " &" : " w" + std::to_string(i % 13));
+    s.completion_pieces.push_back(i % 11 == 10 ? "</script>" : i % 9 == 8 ? " &" : " w" + std::to_string(i % 13));
     const float x = static_cast<float>(i);
     s.rollout_logp.push_back(-0.1f - 0.05f * std::fabs(std::sin(x)));
     s.train_logp.push_back(s.rollout_logp.back() + 0.3f * std::sin(0.37f * x));
@@ -149,6 +149,20 @@ TEST(Report, ARunWithoutSamplesSaysSoOnThePage) {
   EXPECT_NE(dom.find("id=\"no-samples\""), std::string::npos) << dom.substr(0, 3000);
   EXPECT_NE(dom.find("This run stored no samples"), std::string::npos);
   EXPECT_NE(dom.find("<canvas"), std::string::npos) << "the run plots are still drawn";
+}
+
+TEST(Report, KeepsTheLatestSampleSteps) {
+  TempDir dir("tandem-report");
+  const std::filesystem::path folder = write_run(dir, true);  // samples at steps 2 and 3
+  ReportSettings settings;
+  settings.sample_steps = 1;
+  const std::string page = testing::read_text(write_report(folder, settings));
+  EXPECT_NE(page.find("\"sample_steps_left_out\":1"), std::string::npos);
+  EXPECT_NE(page.find("],\"step\":3}"), std::string::npos);
+  EXPECT_EQ(page.find("],\"step\":2}"), std::string::npos);
+  size_t closings = 0;
+  for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++closings;
+  EXPECT_EQ(closings, 3u) << "a token '</script>' in the data does not close its script element";
 }
 
 TEST(Report, CommandNeedsARunFolder) {

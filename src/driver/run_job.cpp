@@ -187,6 +187,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");
   const int64_t report_every = deck.get<int64_t>("run.report-every");
+  ReportSettings report;
+  report.sample_steps = deck.get<int64_t>("run.report-sample-steps");
   // A long run chained over several batch jobs: this job stops after steps-per-job steps
   // with a checkpoint, and the next one (restart = auto) continues from it.
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
@@ -307,7 +309,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     if (root) {
       run_file->append_metrics(step, metrics);
       if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));
-      if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder);
+      if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder, report);
     }
     TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
                << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
@@ -318,7 +320,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
                << " host " << format_bytes(stats.host_peak) << " | e.g. " << rollout.example;
   }
   set_log_step(-1);
-  if (root) write_report(folder);
+  if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
   TLOG(info) << "run complete\n" << table << "outputs:\n  log         " << (folder / "tandem.log").string()

@@ -7,10 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>

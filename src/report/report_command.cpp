@@ -20,6 +20,7 @@ int report_command(int argc, char** argv, std::ostream& out, std::ostream& err) 
   flags_spec.add_options()
       ("folder", po::value<std::string>()->value_name("DIR")->required(), "the run folder (also the first positional)")
       ("output", po::value<std::string>()->value_name("FILE"), "write here instead of RUN_FOLDER/report.html")
+      ("sample-steps", po::value<int64_t>()->value_name("N")->default_value(8), "the token view holds the latest N steps with samples; 0 = all")
       ("help", "print this help");
   po::positional_options_description positional;
   positional.add("folder", 1);
@@ -32,8 +33,10 @@ int report_command(int argc, char** argv, std::ostream& out, std::ostream& err) 
     return 2;
   }
   try {
-    const std::filesystem::path written =
-        write_report(folder, flags.count("output") ? std::filesystem::path(flags["output"].as<std::string>()) : "");
+    ReportSettings settings;
+    settings.sample_steps = flags["sample-steps"].as<int64_t>();
+    if (flags.count("output")) settings.output = flags["output"].as<std::string>();
+    const std::filesystem::path written = write_report(folder, settings);
     out << written.string() << "\n";
   } catch (const std::exception& e) {
     err << "tandem report: " << e.what() << "\n";

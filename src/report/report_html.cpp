@@ -43,7 +43,7 @@ json sample_json(const SampleRecord& sample) {
               {"ref_lp", rounded(sample.reference_logp)}};
 }
 
-json run_json(const RunFile& run) {
+json run_json(const RunFile& run, int64_t sample_steps) {
   const RunInfo info = run.info();
   // The deck gives the group size: a step's samples are its groups, one after the other.
   // A deck this tandem no longer reads (an older run) leaves it unknown: one group per step.
@@ -69,7 +69,10 @@ json run_json(const RunFile& run) {
     for (const double value : run.metric(name)) column.push_back(rounded(value));
     data["metrics"][name] = std::move(column);
   }
-  for (const int64_t step : run.sample_steps()) {
+  std::vector<int64_t> steps = run.sample_steps();
+  if (sample_steps > 0 && static_cast<int64_t>(steps.size()) > sample_steps) steps.erase(steps.begin(), steps.end() - sample_steps);
+  data["sample_steps_left_out"] = run.sample_steps().size() - steps.size();
+  for (const int64_t step : steps) {
     json samples = json::array();
     for (const SampleRecord& sample : run.samples(step)) samples.push_back(sample_json(sample));
     data["samples"].push_back({{"step", step}, {"samples", std::move(samples)}});
@@ -85,16 +88,16 @@ void replace_marker(std::string& page, const std::string& marker, const std::str
 
 }  // namespace
 
-fs::path write_report(const fs::path& run_folder, const fs::path& output) {
+fs::path write_report(const fs::path& run_folder, const ReportSettings& settings) {
   const RunFile run = RunFile::open(run_folder / kRunFileName);
   // Inside <script type="application/json">, "</" could close the element: JSON allows "<\/".
-  std::string data = run_json(run).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string data = run_json(run, settings.sample_steps).dump(-1, ' ', false, json::error_handler_t::replace);
   for (size_t at = data.find("</"); at != std::string::npos; at = data.find("</", at + 3)) data.replace(at, 2, "<\\/");
   std::string page = report_page_template();
   replace_marker(page, "/*TANDEM_CHART_JS*/", chart_js());
   replace_marker(page, "/*TANDEM_RUN_DATA*/", data);
 
-  const fs::path target = output.empty() ? run_folder / kReportFileName : output;
+  const fs::path target = settings.output.empty() ? run_folder / kReportFileName : settings.output;
   const fs::path temporary = target.parent_path() / ("." + target.filename().string() + ".tmp");
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);

@@ -149,6 +149,23 @@ TEST(InspectFile, ANonFiniteTensorFailsVerifyByName) {
   EXPECT_EQ(inspect(path.string()).exit_code, 0) << "without --verify the listing shows the NaN's norm and succeeds";
 }
 
+TEST(InspectFile, MemoryPerTagTakesOnlyTagPeaks) {
+  TempDir dir("tandem-inspect");
+  const RunFile run = RunFile::create(dir / "run.h5", RunInfo{"[run]\n", "v", "r", 1, {"cpu"}, "now"});
+  run.append_metrics(1, {{"memory/device_peak", 300}, {"memory/kv_cache/device_peak", 200}, {"memory/kv_cache/host_peak", 5},
+                         {"memory/phase/rollout/device_pool_peak", 250}, {"time/rollout", 1.5}});
+  run.append_metrics(2, {{"memory/device_peak", 100}, {"memory/kv_cache/device_peak", 400}, {"time/rollout", 0.5}});
+  const auto result = inspect((dir / "run.h5").string() + " --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const json report = json::parse(result.output);
+  const json expected = {{"(all)", {{"device_peak_bytes", 300.0}}},
+                         {"kv_cache", {{"device_peak_bytes", 400.0}, {"host_peak_bytes", 5.0}}}};
+  EXPECT_EQ(report["memory_peak"], expected) << "the per-phase peak is no tag";
+  EXPECT_EQ(report["phase_seconds"]["rollout"]["total_s"], 2.0);
+  EXPECT_EQ(report["phase_seconds"]["rollout"]["mean_s"], 1.0);
+  EXPECT_EQ(report["sample_steps"], json::array());
+}
+
 TEST(InspectFile, GarbageAndForeignHdf5AreOneLineAndExitTwo) {
   TempDir dir("tandem-inspect");
   testing::write_text(dir / "garbage.h5", std::string(4096, '\x5a'));

@@ -86,10 +86,13 @@ json phase_and_memory_summary(const RunFile& run) {
     if (name.rfind("time/", 0) == 0) {
       phases[name.substr(5)] = {{"total_s", total}, {"mean_s", recorded ? total / recorded : 0.0}};
     } else if (name.rfind("memory/", 0) == 0) {
+      // memory/device_peak, memory/<tag>/device_peak and their host_peak twins; other
+      // memory metrics (per phase) are in the table and the report.
       const size_t slash = name.rfind('/');
       const std::string tag = slash > 6 ? name.substr(7, slash - 7) : std::string();
-      const std::string kind = name.substr(slash + 1);  // device_peak or host_peak
-      memory[tag.empty() ? "(all)" : tag][kind == "device_peak" ? "device_peak_bytes" : "host_peak_bytes"] = peak;
+      const std::string kind = name.substr(slash + 1);
+      if (tag.find('/') == std::string::npos && (kind == "device_peak" || kind == "host_peak"))
+        memory[tag.empty() ? "(all)" : tag][kind + "_bytes"] = peak;
     }
   }
   return json{{"phase_seconds", phases}, {"memory_peak", memory}};

@@ -4,7 +4,10 @@
 //   tandem --check DECK [overrides]           validate and print the resolved deck
 //   tandem --help | --version
 //   tandem tokenize --tokenizer PATH [--decode]
-//   tandem generate --model HF_DIR --prompt TEXT [...]
+//   tandem generate --model HF_DIR|CKPT --prompt TEXT [...]
+//   tandem inspect FILE [--json] [--verify]
+//   tandem report RUN_FOLDER
+//   tandem export CKPT --hf OUT [--dtype bf16|f32]
 #include <mpi.h>
 
 #include <cstring>
@@ -15,6 +18,9 @@
 #include "deck/deck.h"
 #include "driver/default_deck.h"
 #include "driver/run_job.h"
+#include "export/export_command.h"
+#include "inspect/inspect_command.h"
+#include "report/report_command.h"
 #include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
 #include "world/errors.h"
@@ -31,8 +37,12 @@ void print_usage(std::ostream& out) {
       << "  mpirun -np N tandem [DECK] [--section.key=value ...]   run a job (no DECK: the embedded default)\n"
       << "  tandem --check DECK [--section.key=value ...]          validate, print the resolved deck, exit\n"
       << "  tandem tokenize --tokenizer PATH [--decode]           text lines on stdin -> token ids (or back)\n"
-      << "  tandem generate --model HF_DIR --prompt TEXT [--max-new N] [--temperature T] [--top-p P]\n"
+      << "  tandem generate --model HF_DIR|CKPT --prompt TEXT [--max-new N] [--temperature T] [--top-p P]\n"
       << "                  [--top-k K] [--seed S] [--chat] [--ids]     complete a prompt (temperature 0: greedy)\n"
+      << "  tandem inspect FILE [--metrics A,B] [--last N] [--csv] [--json] [--verify]\n"
+      << "                  what a run file or checkpoint holds (--help: details)\n"
+      << "  tandem report RUN_FOLDER                               write RUN_FOLDER/report.html: plots and token view\n"
+      << "  tandem export CKPT --hf OUT [--dtype bf16|f32]         a checkpoint's policy as a Hugging Face folder\n"
       << "  tandem --help | --version\n\n"
       << "Deck options (file: [section] then key = value; command line: --section.key=value):\n";
 }
@@ -80,6 +90,9 @@ int main(int argc, char** argv) {
     }
     if (first == "tokenize") return tandem::tokenize_command(argc - 1, argv + 1);
     if (first == "generate") return tandem::generate_command(argc - 1, argv + 1);
+    if (first == "inspect") return tandem::inspect_command(argc - 1, argv + 1);
+    if (first == "report") return tandem::report_command(argc - 1, argv + 1);
+    if (first == "export") return tandem::export_command(argc - 1, argv + 1);
   }
 
   Arguments args;

@@ -175,7 +175,12 @@ TEST(RunFile, SamplesRoundTripAndFollowARestart) {
     s.completion_text = std::to_string(1 + k) + " ✓";
     s.prompt_tokens = {1, 5, 9, k};
     s.completion_tokens = std::vector<int32_t>(static_cast<size_t>(k), 7);
-    for (int j = 0; j < k; ++j) s.rollout_logp.push_back(-0.5f * j), s.train_logp.push_back(-0.5f * j - 1e-3f);
+    for (int j = 0; j < k; ++j) {
+      s.rollout_logp.push_back(-0.5f * j), s.train_logp.push_back(-0.5f * j - 1e-3f);
+      s.entropy.push_back(0.1f * j), s.reference_logp.push_back(-0.4f * j);
+      s.completion_pieces.push_back(j % 2 ? "é" : " x");
+    }
+    s.prompt_pieces = {"1", "+", std::to_string(k), "="};
     s.advantage = 0.25f * k;
     s.reward = k % 2;
     return s;
@@ -193,12 +198,20 @@ TEST(RunFile, SamplesRoundTripAndFollowARestart) {
     EXPECT_EQ(back[i].completion_tokens, at2[i].completion_tokens);
     EXPECT_EQ(back[i].rollout_logp, at2[i].rollout_logp);
     EXPECT_EQ(back[i].train_logp, at2[i].train_logp);
+    EXPECT_EQ(back[i].entropy, at2[i].entropy);
+    EXPECT_EQ(back[i].reference_logp, at2[i].reference_logp);
+    EXPECT_EQ(back[i].prompt_pieces, at2[i].prompt_pieces);
+    EXPECT_EQ(back[i].completion_pieces, at2[i].completion_pieces);
     EXPECT_EQ(back[i].advantage, at2[i].advantage);
     EXPECT_EQ(back[i].reward, at2[i].reward);
   }
   SampleRecord broken = sample(2);
   broken.train_logp.pop_back();
   EXPECT_THROW(run.append_samples(6, {broken}), std::invalid_argument);
+  SampleRecord no_reference = sample(2);
+  no_reference.reference_logp.clear();
+  run.append_samples(7, {no_reference});  // without a KL reference: no reference_logp column
+  EXPECT_TRUE(run.samples(7).front().reference_logp.empty());
   run.append_metrics(5, {{"loss", 1.0}});
   run.truncate_after(3);
   EXPECT_EQ(run.sample_steps(), (std::vector<int64_t>{2}));

@@ -14,7 +14,10 @@ const std::vector<OptionSpec>& tandem_options() {
       {"run.restart", String, "auto", "", "auto = resume from the run folder's newest checkpoint if any, never = start fresh, or a checkpoint file"},
       {"run.checkpoint-every", Int, "5", "steps", "write a checkpoint every this many steps; 0 = never", at_least(0)},
       {"run.steps-per-job", Int, "0", "steps", "stop this job after so many steps, with a checkpoint; the next job resumes (restart = auto); 0 = run to the end", at_least(0)},
-      {"run.samples-every", Int, "50", "steps", "store rank 0's rollout samples (tokens, rollout and train log-probs, advantage, reward) in the run file every this many steps; 0 = never", at_least(0)},
+      {"run.samples-every", Int, "50", "steps", "store rank 0's rollout samples (tokens and their text, rollout, train and reference log-probs, entropy, advantage, reward) in the run file every this many steps, for report.html's token view and h5py; 0 = never", at_least(0)},
+      // report.html (issue 14)
+      {"run.report-every", Int, "0", "steps", "rewrite <run folder>/report.html every this many steps; it is written at the end of the run in any case; 0 = only then", at_least(0)},
+      {"run.report-sample-steps", Int, "8", "steps", "report.html's token view holds the samples of the latest this many steps that stored samples; 0 = all", at_least(0)},
       {"run.keep-checkpoints", Int, "3", "", "checkpoints kept in the run folder; older ones are deleted", at_least(1)},
 
       {"world.device", Choice, "auto", "", "where to compute; auto = cuda when a GPU is visible, else cpu", {}, {"auto", "cpu", "cuda"}},

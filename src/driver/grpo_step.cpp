@@ -298,18 +298,46 @@ TrainStepResult GrpoStep::train(int64_t step, const RolloutSummary& rollout) {
   return trainer_->grpo_step(rollout.sequences, loss_, rl_schedule_.at(step - sft_steps_), step, trainer_settings_);
 }
 
-std::vector<SampleRecord> GrpoStep::samples(const RolloutSummary& rollout, const TrainStepResult& trained) {
+namespace {
+
+// Each token decoded alone, for a token-level view; an id the tokenizer cannot decode
+// shows as "<unknown token>", as in completion_text.
+std::vector<std::string> token_pieces(const PromptFormat& format, const std::vector<int32_t>& ids) {
+  std::vector<std::string> pieces;
+  pieces.reserve(ids.size());
+  for (const int32_t id : ids) {
+    try {
+      pieces.push_back(id >= 0 && id < format.tokenizer().vocab_size() ? format.tokenizer().decode({&id, 1})
+                                                                       : "<unknown token>");
+    } catch (const std::out_of_range&) {
+      pieces.push_back("<unknown token>");
+    }
+  }
+  return pieces;
+}
+
+}  // namespace
+
+std::vector<SampleRecord> GrpoStep::samples(const RolloutSummary& rollout, const TrainStepResult& trained) const {
+  // A per-sequence value of the update when it has one, else NaN (a supervised step).
+  auto per_token = [](const std::vector<std::vector<float>>& values, size_t i, size_t tokens) {
+    return i < values.size() ? values[i] : std::vector<float>(tokens, NAN);
+  };
   std::vector<SampleRecord> records;
   for (size_t i = 0; i < rollout.sequences.size(); ++i) {
     const TrainSequence& sequence = rollout.sequences[i];
+    const size_t n = sequence.completion.size();
     SampleRecord record;
     record.prompt_text = rollout.prompt_texts[i];
     record.completion_text = rollout.completion_texts[i];
     record.prompt_tokens = sequence.prompt;
     record.completion_tokens = sequence.completion;
+    record.prompt_pieces = token_pieces(format_, sequence.prompt);
+    record.completion_pieces = token_pieces(format_, sequence.completion);
     record.rollout_logp = sequence.old_logprobs;
-    record.train_logp = i < trained.sequence_logp.size() ? trained.sequence_logp[i]
-                                                         : std::vector<float>(sequence.completion.size(), NAN);
+    record.train_logp = per_token(trained.sequence_logp, i, n);
+    record.entropy = per_token(trained.sequence_entropy, i, n);
+    if (!trained.sequence_reference_logp.empty()) record.reference_logp = per_token(trained.sequence_reference_logp, i, n);
     record.advantage = sequence.advantage;
     record.reward = rollout.rewards[i];
     records.push_back(std::move(record));

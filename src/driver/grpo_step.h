@@ -62,8 +62,9 @@ class GrpoStep {
   RolloutSummary rollout(int64_t step, int64_t cursor);
   TrainStepResult train(int64_t step, const RolloutSummary& rollout);
   bool is_sft(int64_t step) const { return step <= sft_steps_; }
-  // The step's samples for the run file; train log-probs come from a GRPO update.
-  static std::vector<SampleRecord> samples(const RolloutSummary& rollout, const TrainStepResult& trained);
+  // The step's samples for the run file; train log-probs, entropies and reference
+  // log-probs come from a GRPO update (NaN after a supervised step).
+  std::vector<SampleRecord> samples(const RolloutSummary& rollout, const TrainStepResult& trained) const;
 
  private:
   // One round: G completions of each of this rank's prompts, from global index `first` on,

@@ -27,6 +27,7 @@
 #include "tensor/finite.h"
 #include "train/entropy_watch.h"
 #include "world/errors.h"
+#include "report/report_html.h"
 #include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
@@ -229,6 +230,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");
+  const int64_t report_every = deck.get<int64_t>("run.report-every");
+  ReportSettings report;
+  report.sample_steps = deck.get<int64_t>("run.report-sample-steps");
   // A long run chained over several batch jobs: this job stops after steps-per-job steps
   // with a checkpoint, and the next one (restart = auto) continues from it.
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
@@ -373,12 +377,13 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);
-      if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, GrpoStep::samples(rollout, trained));
+      if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));
       if (checkpoint_pending) {
         ScopedPhase phase(timers, "checkpoint");
         save_run_file_copy(folder, step);
         last_checkpoint = commit_checkpoint(folder, step, keep).string();
       }
+      if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder, report);
     }
     TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
                << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
@@ -398,10 +403,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
   set_log_step(-1);
+  if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
   TLOG(info) << "run complete\n" << table << plan.comparison(measured, derived_not_copied) << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
+             << "\n  report      " << (folder / kReportFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
   return 0;
 }

@@ -233,13 +233,20 @@ void RunFile::append_samples(int64_t step, const std::vector<SampleRecord>& samp
   std::vector<std::string> prompt_texts, completion_texts;
   std::vector<int32_t> prompt_tokens, completion_tokens;
   std::vector<int64_t> prompt_offsets = {0}, completion_offsets = {0};
-  std::vector<float> rollout_logp, train_logp, advantages;
+  std::vector<float> rollout_logp, train_logp, entropy, reference_logp, advantages;
   std::vector<double> rewards;
+  std::vector<std::string> prompt_pieces, completion_pieces;
+  std::vector<uint8_t> response_mask;
+  const bool with_reference = !samples.empty() && std::all_of(samples.begin(), samples.end(), [](const SampleRecord& sample) {
+    return sample.reference_logp.size() == sample.completion_tokens.size();
+  });
   for (const SampleRecord& sample : samples) {
-    if (sample.rollout_logp.size() != sample.completion_tokens.size() ||
-        sample.train_logp.size() != sample.completion_tokens.size())
+    const size_t n = sample.completion_tokens.size();
+    if (sample.rollout_logp.size() != n || sample.train_logp.size() != n || sample.entropy.size() != n ||
+        sample.completion_pieces.size() != n || sample.prompt_pieces.size() != sample.prompt_tokens.size() ||
+        (with_reference && sample.reference_logp.size() != n))
       throw std::invalid_argument(path_.string() + ": a sample of step " + std::to_string(step) +
-                                  " has log-probs that do not match its completion tokens");
+                                  " has per-token values that do not match its tokens");
     prompt_texts.push_back(sample.prompt_text);
     completion_texts.push_back(sample.completion_text);
     prompt_tokens.insert(prompt_tokens.end(), sample.prompt_tokens.begin(), sample.prompt_tokens.end());
@@ -248,6 +255,12 @@ void RunFile::append_samples(int64_t step, const std::vector<SampleRecord>& samp
     completion_offsets.push_back(static_cast<int64_t>(completion_tokens.size()));
     rollout_logp.insert(rollout_logp.end(), sample.rollout_logp.begin(), sample.rollout_logp.end());
     train_logp.insert(train_logp.end(), sample.train_logp.begin(), sample.train_logp.end());
+    entropy.insert(entropy.end(), sample.entropy.begin(), sample.entropy.end());
+    if (with_reference) reference_logp.insert(reference_logp.end(), sample.reference_logp.begin(), sample.reference_logp.end());
+    prompt_pieces.insert(prompt_pieces.end(), sample.prompt_pieces.begin(), sample.prompt_pieces.end());
+    completion_pieces.insert(completion_pieces.end(), sample.completion_pieces.begin(), sample.completion_pieces.end());
+    response_mask.insert(response_mask.end(), sample.prompt_tokens.size(), 0);
+    response_mask.insert(response_mask.end(), n, 1);
     advantages.push_back(sample.advantage);
     rewards.push_back(sample.reward);
   }
@@ -265,6 +278,11 @@ void RunFile::append_samples(int64_t step, const std::vector<SampleRecord>& samp
     group.write_tensor("completion_offsets", flat_view(completion_offsets, DType::I64));
     group.write_tensor("rollout_logp", flat_view(rollout_logp, DType::F32));
     group.write_tensor("train_logp", flat_view(train_logp, DType::F32));
+    group.write_tensor("entropy", flat_view(entropy, DType::F32));
+    if (with_reference) group.write_tensor("reference_logp", flat_view(reference_logp, DType::F32));
+    group.write_strings("prompt_pieces", prompt_pieces);
+    group.write_strings("completion_pieces", completion_pieces);
+    group.write_tensor("response_mask", flat_view(response_mask, DType::U8));
     group.write_tensor("advantage", flat_view(advantages, DType::F32));
     group.write_tensor("reward", flat_view(rewards, DType::F64));
   }
@@ -284,6 +302,15 @@ std::vector<SampleRecord> RunFile::samples(int64_t step) const {
   const auto train_logp = read_flat<float>(group, "train_logp", DType::F32);
   const auto advantages = read_flat<float>(group, "advantage", DType::F32);
   const auto rewards = read_flat<double>(group, "reward", DType::F64);
+  // Columns added later: absent from older files.
+  auto optional_floats = [&](const char* name) {
+    return group.contains(name) ? read_flat<float>(group, name, DType::F32) : std::vector<float>();
+  };
+  auto optional_strings = [&](const char* name) {
+    return group.contains(name) ? group.read_strings(name) : std::vector<std::string>();
+  };
+  const auto entropy = optional_floats("entropy"), reference_logp = optional_floats("reference_logp");
+  const auto prompt_pieces = optional_strings("prompt_pieces"), completion_pieces = optional_strings("completion_pieces");
   std::vector<SampleRecord> samples(prompt_texts.size());
   for (size_t i = 0; i < samples.size(); ++i) {
     SampleRecord& sample = samples[i];
@@ -294,6 +321,11 @@ std::vector<SampleRecord> RunFile::samples(int64_t step) const {
     sample.completion_tokens.assign(completion_tokens.begin() + from, completion_tokens.begin() + to);
     sample.rollout_logp.assign(rollout_logp.begin() + from, rollout_logp.begin() + to);
     sample.train_logp.assign(train_logp.begin() + from, train_logp.begin() + to);
+    if (!entropy.empty()) sample.entropy.assign(entropy.begin() + from, entropy.begin() + to);
+    if (!reference_logp.empty()) sample.reference_logp.assign(reference_logp.begin() + from, reference_logp.begin() + to);
+    if (!completion_pieces.empty()) sample.completion_pieces.assign(completion_pieces.begin() + from, completion_pieces.begin() + to);
+    if (!prompt_pieces.empty())
+      sample.prompt_pieces.assign(prompt_pieces.begin() + prompt_offsets[i], prompt_pieces.begin() + prompt_offsets[i + 1]);
     sample.advantage = advantages[i];
     sample.reward = rewards[i];
   }

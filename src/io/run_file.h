@@ -54,6 +54,11 @@ struct SampleRecord {
   std::vector<int32_t> prompt_tokens, completion_tokens;
   std::vector<float> rollout_logp;  // per completion token, from the engine
   std::vector<float> train_logp;    // per completion token, recomputed by the trainer
+  std::vector<float> entropy;       // per completion token, of the trainer's distribution
+  std::vector<float> reference_logp;  // per completion token under the KL reference; empty without one
+  // The text of each token alone (a piece of a multi-byte character decodes to U+FFFD),
+  // so a token view needs no tokenizer.
+  std::vector<std::string> prompt_pieces, completion_pieces;
   float advantage = 0;
   double reward = 0;
 };
@@ -80,7 +85,12 @@ class RunFile {
   // /samples/step_<8 digits>/: prompt_text, completion_text (strings, one per sample);
   // prompt_tokens, completion_tokens (I32, all samples end to end) with prompt_offsets,
   // completion_offsets (I64 [n+1]); rollout_logp, train_logp (F32, aligned with
-  // completion_tokens); advantage (F32 [n]); reward (F64 [n]).
+  // completion_tokens); advantage (F32 [n]); reward (F64 [n]). Also
+  // entropy (F32, like train_logp), reference_logp (only when every sample has it),
+  // prompt_pieces, completion_pieces (strings, one per token, aligned with the tokens), and
+  // response_mask (U8 with offsets prompt_offsets + completion_offsets: each sample's
+  // prompt then completion, 0 for a prompt token, 1 for a response token). Older files,
+  // written before these columns, read with them empty.
   void append_samples(int64_t step, const std::vector<SampleRecord>& samples) const;
   std::vector<SampleRecord> samples(int64_t step) const;
   std::vector<int64_t> sample_steps() const;

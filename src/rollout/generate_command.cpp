@@ -7,12 +7,18 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deck/command_flags.h"
+#include "export/checkpoint_policy.h"
+#include "io/safetensors.h"
+#include "model/activations.h"
+#include "model/cpu_ops.h"
 #include "model/hf_import.h"
 #include "model/parameters.h"
+#include "model/transformer.h"
 #include "rollout/engine.h"
 #include "tasks/tokenizer.h"
 #include "tensor/memory_pool.h"
@@ -45,18 +51,36 @@ std::vector<int32_t> stop_ids(const Tokenizer& tokenizer, const ModelConfig& con
   return ids;
 }
 
+// The logits at every prompt position by tandem's CPU forward, with the prompt's ids, in
+// one safetensors file: what tools/check_export_transformers.py holds transformers to.
+void write_prompt_logits(const std::filesystem::path& path, const ModelConfig& config, const ParameterSet& params,
+                         const std::vector<int32_t>& ids, MemoryPool& pool) {
+  CpuOps ops;
+  Transformer transformer(config, ops);
+  const ActivationCapacity capacity{static_cast<int64_t>(ids.size()), 1};
+  Allocation* slab = pool.allocate(tags::activations, Activations::slab_bytes(config, capacity, DType::F32), "generate.logits");
+  Activations acts = Activations::bind(config, capacity, slab->ptr, DType::F32);
+  const std::vector<int32_t> cu_seqlens = {0, static_cast<int32_t>(ids.size())};
+  const Tensor logits = transformer.forward(params, acts, ids, cu_seqlens);
+  const SafetensorsTensor tensors[] = {{"logits", DType::F32, logits.shape, logits.data},
+                                       {"input_ids", DType::I32, {static_cast<int64_t>(ids.size())}, ids.data()}};
+  write_safetensors(path, tensors);
+  pool.release(slab);
+}
+
 }  // namespace
 
 int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   namespace po = boost::program_options;
   po::options_description options(
-      "tandem generate: one completion of a prompt by a Hugging Face model folder, on the CPU.\n"
+      "tandem generate: one completion of a prompt by a Hugging Face model folder or the policy\n"
+      "of a tandem checkpoint (ckpt_*.h5), on the CPU.\n"
       "Prints the completion's text (the stop token left out); with --ids, then the generated\n"
       "token ids on one line (the stop token included). A summary goes to stderr");
   options.add_options()
-      ("model", po::value<std::string>()->value_name("DIR")->required(), "folder with config.json and *.safetensors")
+      ("model", po::value<std::string>()->value_name("DIR|CKPT")->required(), "folder with config.json and *.safetensors, or a checkpoint")
       ("prompt", po::value<std::string>()->value_name("TEXT")->required(), "the prompt")
-      ("tokenizer", po::value<std::string>()->value_name("PATH"), "tokenizer.json or its folder (default: --model)")
+      ("tokenizer", po::value<std::string>()->value_name("PATH"), "tokenizer.json or its folder (default: --model, or a checkpoint's model.path)")
       ("max-new", po::value<int>()->value_name("N")->default_value(64), "most tokens to generate")
       ("temperature", po::value<float>()->value_name("T")->default_value(1.0f), "softmax temperature; 0 = greedy")
       ("top-p", po::value<float>()->value_name("P")->default_value(1.0f), "nucleus sampling mass; 1 = off")
@@ -64,16 +88,24 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
       ("seed", po::value<uint64_t>()->value_name("S")->default_value(0), "random seed")
       ("chat", po::bool_switch(), "wrap the prompt in the Qwen3 chat template (one user turn)")
       ("ids", po::bool_switch(), "also print the generated token ids")
+      ("logits", po::value<std::string>()->value_name("FILE"), "also write the logits of every prompt position (and the prompt's ids) to this safetensors file")
       ("help", "print this help");
   po::variables_map flags;
   if (const auto status = parse_command_flags("generate", argc, argv, options, flags, out, err)) return *status;
 
   try {
     const std::filesystem::path model_dir = flags["model"].as<std::string>();
-    const std::filesystem::path tokenizer_path =
-        flags.count("tokenizer") ? std::filesystem::path(flags["tokenizer"].as<std::string>()) : model_dir;
+    // A checkpoint brings its weights; its tokenizer is the one of the folder the run began from.
+    std::optional<CheckpointPolicy> checkpoint;
+    if (std::filesystem::is_regular_file(model_dir)) checkpoint = load_checkpoint_policy(model_dir);
+    if (checkpoint && checkpoint->origin.empty() && !flags.count("tokenizer"))
+      throw std::runtime_error(model_dir.string() + ": a run of the tiny built-in model, whose character tokenizer "
+                                                    "has no file: give --tokenizer");
+    const std::filesystem::path tokenizer_path = flags.count("tokenizer")
+                                                     ? std::filesystem::path(flags["tokenizer"].as<std::string>())
+                                                     : (checkpoint ? checkpoint->origin : model_dir);
     const bool chat = flags["chat"].as<bool>();
-    const ModelConfig config = load_hf_config(model_dir);
+    const ModelConfig config = checkpoint ? checkpoint->config : load_hf_config(model_dir);
     const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path);
     const std::string text = flags["prompt"].as<std::string>();
 
@@ -91,7 +123,12 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
     const ParameterLayout layout(config);
     Allocation* weights = pool->allocate(tags::weights, layout.slab_bytes(DType::F32), "generate.weights");
     const ParameterSet params = ParameterSet::bind(layout, weights->ptr, DType::F32);
-    load_hf_weights(model_dir, params);
+    if (checkpoint)
+      std::copy(checkpoint->weights.begin(), checkpoint->weights.end(), static_cast<float*>(weights->ptr));
+    else
+      load_hf_weights(model_dir, params);
+
+    if (flags.count("logits")) write_prompt_logits(flags["logits"].as<std::string>(), config, params, request.prompt, *pool);
 
     // Sized for this one sequence: the prompt in one step and a cache that just holds it.
     EngineOptions engine_options;

@@ -356,6 +356,8 @@ TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch
   result.loss = global ? sum_over_ranks(policy.loss) : sum_over_ranks(policy.loss) / world_size_;
   result.metrics = policy.metrics;
   result.sequence_logp = per_sequence(batch, packed, values.logp);
+  result.sequence_entropy = per_sequence(batch, packed, values.entropy);
+  if (!values.ref_logp.empty()) result.sequence_reference_logp = per_sequence(batch, packed, values.ref_logp);
   result.tokens = policy.metrics.tokens;
   double sum = 0;
   for (size_t t = 0; t < T; ++t) sum += packed.mask[t] ? values.logp[t] : 0.0;

@@ -54,6 +54,8 @@ struct TrainStepResult {
   PolicyLossMetrics metrics;
   double mean_logp = 0;  // over the counted tokens (SFT: minus the cross-entropy)
   std::vector<std::vector<float>> sequence_logp;  // per sequence, its completion tokens' log-probs
+  std::vector<std::vector<float>> sequence_entropy;  // GRPO: per sequence, the entropy at each completion token
+  std::vector<std::vector<float>> sequence_reference_logp;  // GRPO with a KL term: the reference's log-probs
 };
 
 struct PolicyTrainerSettings {

@@ -16,11 +16,13 @@ const std::vector<OptionSpec>& tandem_options() {
       {"run.steps-per-job", Int, "0", "steps", "stop this job after so many steps, with a checkpoint; the next job resumes (restart = auto); 0 = run to the end", at_least(0)},
       {"run.samples-every", Int, "50", "steps", "store rank 0's rollout samples (tokens, rollout and train log-probs, advantage, reward) in the run file every this many steps; 0 = never", at_least(0)},
       {"run.keep-checkpoints", Int, "3", "", "checkpoints kept in the run folder; older ones are deleted", at_least(1)},
+      {"run.max-time", Seconds, "0", "", "stop cleanly with a checkpoint before this much time since the start has passed, allowing for a step and a checkpoint (like GROMACS -maxh); 0 = under Slurm the job's end time, else no limit", at_least(0)},
 
       {"world.device", Choice, "auto", "", "where to compute; auto = cuda when a GPU is visible, else cpu", {}, {"auto", "cpu", "cuda"}},
       {"world.log-level", Choice, "info", "", "least severe message written to the log", {}, {"trace", "debug", "info", "warning", "error"}},
       {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
       {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
+      {"world.stall-timeout", Seconds, "10min", "", "a rank that does not reach a step boundary this long after the others is reported by rank and phase, and the job ends; 0 = wait forever", at_least(0)},
 
       {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
       {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},

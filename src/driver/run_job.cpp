@@ -17,6 +17,8 @@
 #include "world/gpu.h"
 #include "world/log.h"
 #include "world/phase_timers.h"
+#include "world/slurm_end_time.h"
+#include "world/stop_point.h"
 #include "world/table.h"
 #include "world/world.h"
 #include "world/version.h"
@@ -95,6 +97,16 @@ std::string rng_state(const std::mt19937_64& rng) {
   return out.str();
 }
 
+// When this job must have stopped: run.max-time after `start`, else the Slurm job's end.
+std::optional<std::time_t> stop_deadline_from_deck(const Deck& deck, std::time_t start) {
+  const double max_time = deck.get<Seconds>("run.max-time").value;
+  if (max_time > 0) return start + static_cast<std::time_t>(max_time);
+  std::string note;
+  const auto end = slurm_job_end_time(note);
+  if (!note.empty()) TLOG(warning) << "run.max-time = 0 and the Slurm job's end time is unknown (" << note << "): no time limit";
+  return end;
+}
+
 struct CheckpointTensors {
   std::vector<float> master, exp_avg, exp_avg_sq;
 };
@@ -102,6 +114,7 @@ struct CheckpointTensors {
 }  // namespace
 
 int run_job(const Deck& deck, MPI_Comm comm) {
+  const std::time_t start_time = std::time(nullptr);
   auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
                                                 static_cast<int>(deck.get<int64_t>("world.threads"))});
   init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
@@ -197,8 +210,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     handoff.run(HandoffPoint::Startup);
     handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
   }
+  StopPoint stop_point(comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
   std::string last_checkpoint;
-  while (step < last_step) {
+  bool stopping = false;
+  while (step < last_step && !stopping) {
     ++step;
     set_log_step(step);
     MetricValues metrics;
@@ -224,9 +239,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     data_cursor += rollout.prompts_drawn;  // over all ranks: a restart draws the next prompts
-    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps)) {
+    stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
+    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps) || stopping) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
+      const auto checkpoint_start = std::chrono::steady_clock::now();
       const auto states = all_gather_strings(comm, rng_state(rng));
       if (root) {
         CheckpointTensors host;
@@ -243,6 +260,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
         }
         last_checkpoint = write_checkpoint(folder, contents, keep).string();
       }
+      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count());
     }
     {
       ScopedPhase phase(timers, "handoff");
@@ -317,7 +335,12 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   set_log_step(-1);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
-  TLOG(info) << "run complete\n" << table << "outputs:\n  log         " << (folder / "tandem.log").string()
+  // jobs/tandem.sbatch reads these lines in tandem.log: "stopped" means submit the next job.
+  if (step < steps)
+    TLOG(info) << "stopped at step " << step << " of " << steps << ": "
+               << (stopping ? stop_point.reason() : "run.steps-per-job = " + std::to_string(steps_per_job))
+               << "; a job with run.restart = auto resumes from " << last_checkpoint;
+  TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
   return 0;

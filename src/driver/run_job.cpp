@@ -126,7 +126,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     fs::create_directories(folder, failure);
     if (failure) error = "cannot create the run folder " + folder.string() + ": " + failure.message();
   }
-  fail_together(comm, error);
+  fail_together(comm, error, kExitBadInput);
   add_log_file(folder);
 
   const ModelConfig model = model_config_from_deck(deck);
@@ -155,11 +155,12 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     resume_from = search.latest;
   } else if (restart != "never") {
     resume_from = fs::path(restart);
+    if (!fs::is_regular_file(*resume_from)) throw DeckError(deck.source("run.restart"), "run.restart", "no checkpoint file " + restart);
   }
   if (resume_from) {
     const Checkpoint checkpoint = Checkpoint::open(*resume_from);
     if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
-      throw std::runtime_error(resume_from->string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
+      throw BadInputError(resume_from->string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
                                " ranks, this job has " + std::to_string(world->size()));
     std::vector<float> host(static_cast<size_t>(layout.slab_elements()));
     const std::pair<const char*, Tensor> slabs[] = {

@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
     return tandem::kExitBadInput;
   }
 
-  MPI_Init(&argc, &argv);
+  // Before MPI_Init: a stop signal that comes early (a requeued job's) must not kill the rank.
   tandem::install_stop_signals();
+  MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int status = tandem::kExitDone;

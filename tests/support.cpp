@@ -12,6 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include "io/run_file.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -114,6 +118,13 @@ bool wait_for_text(const std::filesystem::path& path, const std::string& text, d
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+void expect_same_metrics(const std::filesystem::path& folder_a, const std::filesystem::path& folder_b) {
+  const RunFile a = RunFile::open(folder_a / kRunFileName), b = RunFile::open(folder_b / kRunFileName);
+  EXPECT_EQ(b.steps(), a.steps());
+  for (const char* metric : {"data_cursor", "reward_mean", "accuracy", "response_length", "loss", "grad_norm", "entropy"})
+    EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
 }
 
 std::string tandem_binary() { return TANDEM_BINARY; }

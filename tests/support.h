@@ -52,6 +52,10 @@ class BackgroundCommand {
 // Waits until `path` contains `text`; false after `seconds`.
 bool wait_for_text(const std::filesystem::path& path, const std::string& text, double seconds);
 
+// The run files (run.h5) of two run folders hold the same steps and, for the metrics that
+// do not measure time, the same values bit for bit.
+void expect_same_metrics(const std::filesystem::path& folder_a, const std::filesystem::path& folder_b);
+
 // Path of the built tandem executable and of the source tree.
 std::string tandem_binary();
 std::filesystem::path source_dir();

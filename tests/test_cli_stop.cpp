@@ -33,13 +33,6 @@ std::string run_args(const TempDir& dir, const std::string& name) {
          " --run.steps=8 --sft.steps=3 --run.checkpoint-every=0";
 }
 
-void expect_same_metrics(const std::filesystem::path& a, const std::filesystem::path& b) {
-  const RunFile whole = RunFile::open(a / kRunFileName), resumed = RunFile::open(b / kRunFileName);
-  EXPECT_EQ(resumed.steps(), whole.steps());
-  for (const char* metric : {"data_cursor", "reward_mean", "accuracy", "response_length", "loss", "grad_norm", "entropy"})
-    EXPECT_EQ(resumed.metric(metric), whole.metric(metric)) << metric;
-}
-
 // A random moment after the first step: the signal lands anywhere in a step.
 double random_delay() {
   static std::mt19937 rng(std::random_device{}());
@@ -92,7 +85,7 @@ TEST(CliStop, SignalsToTheProcessStopCleanlyAndTheRestartMatches) {
   for (const auto& [signal, name] : cases) {
     const std::string command = tandem_cmd(run_args(dir, name));
     stop_and_resume(dir, name, "env OMP_NUM_THREADS=1 " + command, command, signal, Target::Process);
-    expect_same_metrics(dir.path() / "whole", dir.path() / name);
+    tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / name);
   }
 }
 
@@ -107,7 +100,7 @@ TEST(CliStop, SignalsUnderMpirunStopEveryRankAtOneStep) {
   for (const auto& [signal, target, name] : cases) {
     const std::string command = mpirun + tandem_cmd(run_args(dir, name));
     stop_and_resume(dir, name, command, command, signal, target);
-    expect_same_metrics(dir.path() / "whole", dir.path() / name);
+    tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / name);
   }
 }
 

@@ -10,7 +10,8 @@ PACKAGES = build-essential cmake pkg-config git \
            libhdf5-dev hdf5-tools \
            libboost-program-options-dev libboost-log-dev \
            libgtest-dev nlohmann-json3-dev libzstd-dev libxxhash-dev \
-           libonig-dev libutf8proc-dev
+           libonig-dev libutf8proc-dev \
+           slurm-wlm munge
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "io/run_file.h"
@@ -164,4 +165,51 @@ TEST(CliStop, BadInputAfterStartUpExitsTwo) {
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_NE(result.output.find("run.restart"), std::string::npos) << result.output;
   }
+}
+
+namespace {
+
+// utime + stime of a process, in seconds.
+double cpu_seconds(int pid) {
+  const std::string stat = tandem::testing::read_text("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 14; ++i) rest >> field;  // fields 3..13
+  double user = 0, system = 0;
+  rest >> user >> system;
+  return (user + system) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+int mpi_rank_of(int pid) {
+  const std::string environ = tandem::testing::read_text("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
+  const size_t at = environ.find(key);
+  return at == std::string::npos ? -1 : std::stoi(environ.substr(at + key.size()));
+}
+
+}  // namespace
+
+// A rank that stops (SIGSTOP) is named by the one after it in the ring within
+// world.stall-timeout, the job ends, and while it waits the other rank sleeps.
+TEST(CliStop, AStoppedRankIsReportedAndTheOthersDoNotSpin) {
+  TempDir dir;
+  BackgroundCommand job(mpirun_flags() + "-np 2 " + tandem_cmd(run_args(dir, "stall") + " --run.steps=1000 --world.stall-timeout=4s"),
+                        dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const std::vector<int> ranks = job.children();
+  ASSERT_EQ(ranks.size(), 2u);
+  kill(ranks[1], SIGSTOP);
+  const int stopped_rank = mpi_rank_of(ranks[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double cpu_before = cpu_seconds(ranks[0]);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double busy = (cpu_seconds(ranks[0]) - cpu_before) / 2.0;
+  EXPECT_LT(busy, 0.2) << "the waiting rank used " << busy * 100 << "% of a core";
+  const bool ended = job.ended_within(30);
+  kill(ranks[1], SIGCONT);
+  ASSERT_TRUE(ended) << tandem::testing::read_text(dir / "out");
+  const std::string output = tandem::testing::read_text(dir / "out");
+  EXPECT_EQ(job.wait(), 1) << output;
+  EXPECT_NE(output.find("rank " + std::to_string(stopped_rank) + " has not reached "), std::string::npos) << output;
+  EXPECT_NE(output.find("(world.stall-timeout): it stopped answering"), std::string::npos) << output;
 }

@@ -22,6 +22,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"world.log-level", Choice, "info", "", "least severe message written to the log", {}, {"trace", "debug", "info", "warning", "error"}},
       {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
       {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
+      {"world.stall-timeout", Seconds, "10min", "", "a rank that does not reach one of the step's collectives this long after the others is reported by rank and collective, and the job ends; 0 = wait forever", at_least(0)},
 
       {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
       {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},

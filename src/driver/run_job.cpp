@@ -18,6 +18,7 @@
 #include "world/log.h"
 #include "world/phase_timers.h"
 #include "world/slurm_end_time.h"
+#include "world/stall_guard.h"
 #include "world/stop_point.h"
 #include "world/table.h"
 #include "world/world.h"
@@ -118,6 +119,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
                                                 static_cast<int>(deck.get<int64_t>("world.threads"))});
   init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
+  set_stall_timeout(comm, deck.get<Seconds>("world.stall-timeout").value);
   const bool root = world->rank() == 0;
   const fs::path folder = fs::path(deck.get<std::string>("run.output-dir")) / deck.get<std::string>("run.name");
   std::string error;
@@ -275,7 +277,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
                        rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
                        trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
                        trained.metrics.kl_mean, trained.metrics.entropy_mean};
-      MPI_Allreduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm);
+      all_reduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm, "the reduction of metrics");
       const double ranks = world->size();
       rollout.reward_mean = sums[0] / ranks;
       const double samples = ranks * static_cast<double>(rollout.drawn_samples);
@@ -290,7 +292,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       rollout.generated_tokens = static_cast<int64_t>(sums[8]);
       trained.metrics.kl_mean = sums[9] / ranks;
       trained.metrics.entropy_mean = sums[10] / ranks;
-      MPI_Allreduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm);
+      all_reduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm, "the reduction of metrics");
     }
     const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;

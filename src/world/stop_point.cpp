@@ -1,6 +1,7 @@
 #include "world/stop_point.h"
 
 #include "world/log.h"
+#include "world/stall_guard.h"
 #include "world/stop_signals.h"
 #include "world/table.h"
 
@@ -32,7 +33,7 @@ bool StopPoint::agree() {
     TLOG(warning) << "received " << signal_name(wishes[0]) << ": stopping after this step, with a checkpoint";
     told_signal_ = true;
   }
-  MPI_Allreduce(MPI_IN_PLACE, wishes, 2, MPI_INT, MPI_MAX, comm_);
+  all_reduce(MPI_IN_PLACE, wishes, 2, MPI_INT, MPI_MAX, comm_, "the step boundary");
   if (wishes[0])
     reason_ = signal_name(wishes[0]) + " received";
   else if (wishes[1])

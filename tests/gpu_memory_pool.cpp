@@ -49,6 +49,10 @@ TEST(MemoryPoolGpu, PinnedCacheReusesHostBuffersAndIsAccounted) {
   REQUIRE_GPU();
   expect_pinned_cache_accounting(Device::CUDA);
 }
+TEST(MemoryPoolGpu, DeferredTagsAndPeakWindows) {
+  REQUIRE_GPU();
+  expect_deferred_tags_and_peak_windows(Device::CUDA);
+}
 TEST(MemoryPoolGpu, ErrorsNameTagAllocationAndBytes) {
   REQUIRE_GPU();
   expect_errors_name_tag_allocation_and_bytes(Device::CUDA);

@@ -196,26 +196,60 @@ inline void expect_pinned_cache_accounting(Device device) {
   }
   EXPECT_EQ(totals(), "device 6/6 host 4/4") << "the cached buffer was not reused";
 
-  // A 4-granule buffer is too big for 2 granules (more than 1/8 slack): a new one.
+  // Any cached buffer large enough serves a smaller offload: the host does not grow.
   pool->offload(tags::weights);
-  EXPECT_EQ(state("weights"), "device 0/2 host 2/2");
-  EXPECT_EQ(totals(), "device 4/6 host 6/6");
-  EXPECT_EQ(pool->trim_host_cache(), 4 * g);
+  EXPECT_EQ(state("weights"), "device 0/2 host 4/4");
   EXPECT_EQ(state(kPinnedCacheName), "device 0/0 host 0/4");
-  EXPECT_EQ(totals(), "device 4/6 host 2/6");
+  EXPECT_EQ(totals(), "device 4/6 host 4/4");
+  EXPECT_EQ(pool->trim_host_cache(), 0u);
   pool->onload(tags::weights);
-  EXPECT_EQ(state(kPinnedCacheName), "device 0/0 host 2/4");
+  EXPECT_EQ(state(kPinnedCacheName), "device 0/0 host 4/4");
 
-  // Within 1/8 slack the larger cached buffer is reused and its whole size accounted.
+  // Too small a cached buffer is not used; of two that fit, the smaller one is.
   auto* big = pool->allocate(tags::activations, 9 * g, "big");
   pool->offload(tags::activations);
+  EXPECT_EQ(totals(), "device 6/15 host 13/13");
   pool->onload(tags::activations);
   pool->release(big);
   pool->allocate(tags::optimizer, 8 * g, "adam");
   pool->offload(tags::optimizer);
   EXPECT_EQ(state("optimizer"), "device 0/8 host 9/9");
-  EXPECT_EQ(state(kPinnedCacheName), "device 0/0 host 2/11");
-  EXPECT_EQ(pool->trim_host_cache(), 2 * g);
+  EXPECT_EQ(state(kPinnedCacheName), "device 0/0 host 4/13");
+  EXPECT_EQ(pool->trim_host_cache(), 4 * g);
+}
+
+// Deferred tags start Dropped (no pages, no bytes) and come in with their first onload;
+// peak windows keep their own peaks whatever reset_peaks() and other windows do.
+inline void expect_deferred_tags_and_peak_windows(Device device) {
+  auto pool = MemoryPool::create(device, 0, {.pinned_host_cache = false});
+  const size_t g = pool->granularity();
+  const auto totals = [&] { return totals_text(pool->stats(), g); };
+  pool->set_deferred(tags::kv_cache, true);
+  Allocation* kv = pool->allocate(tags::kv_cache, 3 * g, "kv");
+  pool->set_deferred(tags::kv_cache, false);
+  Allocation* weights = pool->allocate(tags::weights, 2 * g, "weights");
+  EXPECT_EQ(kv->residency, Residency::Dropped);
+  EXPECT_EQ(weights->residency, Residency::Resident);
+  EXPECT_EQ(totals(), "device 2/2 host 0/0");
+  EXPECT_EQ(usage_text(pool->stats(), "kv_cache", g), "device 0/0 host 0/0");
+
+  const int whole = pool->open_peak_window();
+  const int first = pool->open_peak_window();
+  EXPECT_EQ(pool->onload(tags::kv_cache).rebuild, (std::vector<std::string>{"kv"}));
+  EXPECT_EQ(kv->residency, Residency::Resident);
+  pool->offload(tags::weights);  // device 3, host 2
+  const PeakBytes first_peaks = pool->close_peak_window(first);
+  EXPECT_EQ(first_peaks.device, 5 * g);
+  EXPECT_EQ(first_peaks.host, 2 * g);
+  pool->reset_peaks();
+  const int second = pool->open_peak_window();
+  pool->drop(tags::kv_cache);
+  pool->onload(tags::weights);
+  EXPECT_EQ(pool->close_peak_window(second).device, 3 * g) << "a window starts at the current bytes";
+  EXPECT_EQ(pool->close_peak_window(whole).device, 5 * g) << "reset_peaks and other windows must not touch a window";
+  EXPECT_THROW(pool->peak_window(whole), std::invalid_argument);
+  pool->release(kv);
+  pool->release(weights);
 }
 
 inline void expect_errors_name_tag_allocation_and_bytes(Device device) {

@@ -156,7 +156,7 @@ TEST(DeckErrors, UnknownSectionSuggestsTheNearest) {
   const DeckError error = text_error("# header\n[rnu]\nsteps = 5\n");
   expect_error(error, "test.deck", 2, "", {"unknown section [rnu]", "did you mean [run]?"});
   EXPECT_STREQ(error.what(), "test.deck:2: unknown section [rnu] (did you mean [run]?)");
-  expect_error(text_error("[zzzzzzzzzz]\n"), "test.deck", 1, "", {"unknown section [zzzzzzzzzz]", "[run], [world], [memory], [rollout], [task], [grpo], [sft], [train], [model]"});
+  expect_error(text_error("[zzzzzzzzzz]\n"), "test.deck", 1, "", {"unknown section [zzzzzzzzzz]", "[run], [world], [memory], [sync], [rollout], [task], [grpo], [sft], [train], [model]"});
 }
 
 TEST(DeckErrors, MalformedLinesNameTheLine) {

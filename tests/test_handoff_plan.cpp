@@ -26,7 +26,7 @@ struct Colocated {
     pool->allocate(tags::derived, D, "trainer.bf16_copy");
   }
   HandoffExecutor executor(HandoffConfig config) {
-    return HandoffExecutor(*pool, config, [this] { ++syncs; },
+    return HandoffExecutor(*pool, config, [this] { return SyncReport{static_cast<size_t>(++syncs), 0}; },
                            [this](const std::vector<std::string>& names) {
                              rebuilt.insert(rebuilt.end(), names.begin(), names.end());
                            });
@@ -79,13 +79,13 @@ TEST(HandoffPlan, CpuModePeaksOnHostGpuModePeaksOnDevice) {
     EXPECT_EQ(job.syncs, 2);
     if (mode == PeakDevice::Cpu) {
       // Host briefly holds the engine's copy and the trainer's state; the device never both.
-      EXPECT_EQ(after.host_peak, M + O + W);
-      EXPECT_EQ(after.device_peak, M + O + G + A + D);
-      EXPECT_EQ(before.host_peak, M + O + W);
+      EXPECT_EQ(after.peak.host_pool, M + O + W);
+      EXPECT_EQ(after.peak.device_pool, M + O + G + A + D);
+      EXPECT_EQ(before.peak.host_pool, M + O + W);
     } else {
-      EXPECT_EQ(after.device_peak, W + M + O + G + A + D);
-      EXPECT_EQ(after.host_peak, std::max(M + O, W));
-      EXPECT_EQ(before.host_peak, std::max(M + O, W));
+      EXPECT_EQ(after.peak.device_pool, W + M + O + G + A + D);
+      EXPECT_EQ(after.peak.host_pool, std::max(M + O, W));
+      EXPECT_EQ(before.peak.host_pool, std::max(M + O, W));
     }
     // Derived copies are rebuilt, never copied: only master, optimizer and engine weights move.
     EXPECT_EQ(after.bytes_moved, M + O + W);

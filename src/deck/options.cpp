@@ -30,6 +30,9 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.colocate-memory-peak-device", Choice, "cpu", "", "where the handoff's memory peak lands: cpu = host briefly holds both weight copies, gpu = the GPU does (needs both offloads)", {}, {"cpu", "gpu"}},
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
+      {"memory.host-limit", Bytes, "0", "bytes", "host memory a rank may use; 0 = the cgroup's memory.max, else MemTotal. A predicted host peak above it stops the job at start-up", {}},
+      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach a colocated engine: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync", {}, {"alias", "copy"}},
+
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
       {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},

@@ -2,24 +2,31 @@
 
 #include <random>
 
+#include "sync/alias_transport.h"
+#include "sync/copy_transport.h"
 #include "tensor/device_copy.h"
 
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 size_t kv_cache_bytes)
+                                 TransportKind transport)
     : pool_(pool), layout_(layout), working_dtype_(working_dtype) {
+  const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
   exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
   exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
   grads_ = pool.allocate(tags::grads, layout.slab_bytes(DType::F32), "trainer.grads");
-  working_ = pool.allocate(tags::derived, layout.slab_bytes(working_dtype), "trainer.working_weights");
-  engine_weights_ = pool.allocate(tags::weights, layout.slab_bytes(working_dtype), "engine.weights");
-  if (kv_cache_bytes) kv_cache_ = pool.allocate(tags::kv_cache, kv_cache_bytes, "engine.kv_cache");
+  working_ = pool.allocate(alias ? tags::weights : tags::derived, layout.slab_bytes(working_dtype),
+                           alias ? "shared.working_weights" : "trainer.working_weights");
+  if (alias)
+    transport_ = std::make_unique<AliasTransport>(working());
+  else
+    transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype);
 }
 
 ColocatedMemory::~ColocatedMemory() {
-  for (Allocation* allocation : {master_, exp_avg_, exp_avg_sq_, grads_, working_, engine_weights_, kv_cache_})
+  transport_.reset();
+  for (Allocation* allocation : {master_, exp_avg_, exp_avg_sq_, grads_, working_})
     if (allocation) pool_.release(allocation);
 }
 
@@ -42,14 +49,9 @@ std::vector<float> ColocatedMemory::initial_weights(const ParameterLayout& layou
 
 void ColocatedMemory::rebuild(const std::vector<std::string>& names) {
   for (const std::string& name : names)
-    if (name == working_->name) convert_f32(working(), master());
+    if (name == working_->name) rebuild_working();
 }
 
-void ColocatedMemory::sync_weights() {
-  // In cpu peak mode the trainer sleeps during the sync: read its offloaded host copy.
-  const Tensor source = Tensor::view(const_cast<void*>(pool_.readable_data(master_)), DType::F32, pool_.device(),
-                                     {layout_.slab_elements()});
-  convert_f32(engine_weights(), source);
-}
+void ColocatedMemory::rebuild_working() { convert_f32(working(), master()); }
 
 }  // namespace tandem

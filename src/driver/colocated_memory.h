@@ -1,20 +1,24 @@
 // The memory of one colocated rank, laid out by the model's parameter layout and tagged
 // so the handoff plans can move it: the trainer's FP32 master weights, AdamW moments and
-// gradients, its working copy in the compute dtype (derived: rebuilt from the master
-// weights rather than copied), and the rollout engine's weight copy and KV cache.
+// gradients, its working copy in the compute dtype, and the rollout engine's weights
+// through the weight transport. With the alias transport the working copy is the
+// engine's weights (tag weights: one copy, read by both sides); with copy it is derived
+// (rebuilt from the master weights rather than copied) and the engine has its own.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/parameters.h"
+#include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
 
 namespace tandem {
 
 class ColocatedMemory {
  public:
-  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, size_t kv_cache_bytes);
+  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport);
   ~ColocatedMemory();
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;
@@ -23,10 +27,14 @@ class ColocatedMemory {
   // every rank, as data-parallel replicas must be): N(0, 0.02) matrices and embeddings,
   // ones for norm gains, zeros for biases.
   static std::vector<float> initial_weights(const ParameterLayout& layout, uint64_t seed);
-  // Rebuilds the derived allocations the pool names after an onload.
+  // Rebuilds the allocations the pool names (dropped, now onloaded) that derive from the
+  // master weights: the working copy.
   void rebuild(const std::vector<std::string>& names);
-  // Trainer -> engine, in process: the engine's copy is rewritten from the master weights.
-  void sync_weights();
+  // Rewrites the working copy from the master weights (after loading them).
+  void rebuild_working();
+  // Trainer -> engine, in process.
+  SyncReport sync_weights() { return transport_->sync(); }
+  TransportKind transport() const { return transport_->kind(); }
 
   // Flat views over the whole slabs.
   Tensor master() const { return flat(master_, DType::F32); }
@@ -34,7 +42,7 @@ class ColocatedMemory {
   Tensor exp_avg() const { return flat(exp_avg_, DType::F32); }
   Tensor exp_avg_sq() const { return flat(exp_avg_sq_, DType::F32); }
   Tensor working() const { return flat(working_, working_dtype_); }
-  Tensor engine_weights() const { return flat(engine_weights_, working_dtype_); }
+  Tensor engine_weights() const { return transport_->engine_weights(); }
   const ParameterLayout& layout() const { return layout_; }
 
  private:
@@ -48,8 +56,7 @@ class ColocatedMemory {
   Allocation* exp_avg_ = nullptr;
   Allocation* exp_avg_sq_ = nullptr;
   Allocation* working_ = nullptr;
-  Allocation* engine_weights_ = nullptr;
-  Allocation* kv_cache_ = nullptr;
+  std::unique_ptr<WeightTransport> transport_;
 };
 
 }  // namespace tandem

@@ -132,16 +132,16 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
                                     sequences};
   activations_ = pool.allocate(tags::activations, PolicyTrainer::activation_bytes(model, capacity, dtype),
                                "trainer.activations");
-  // The CPU backend trains the FP32 master weights themselves.
-  const Tensor working = pool.device() == Device::CPU ? memory.master() : memory.working();
-  const PolicyTrainerMemory trainer_memory{memory.master(), memory.grads(), memory.exp_avg(),
-                                           memory.exp_avg_sq(), working, activations_->ptr};
+  // The trainer reads its working copy (FP32 on the CPU backend), which the optimizer step
+  // rewrites: with the alias transport it is the engine's weights too.
+  const PolicyTrainerMemory trainer_memory{memory.master(), memory.grads(),   memory.exp_avg(),
+                                           memory.exp_avg_sq(), memory.working(), activations_->ptr};
   trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
     // The frozen reference is the run's initial policy (the pretrained weights, or the
     // seeded random model), read again so a restart gets the same one, under its own tag:
     // it is trainer memory that never changes.
-    reference_ = pool.allocate(tag_named("reference"), layout.slab_bytes(dtype), "trainer.reference_weights");
+    reference_ = pool.allocate(tags::reference, layout.slab_bytes(dtype), "trainer.reference_weights");
     const Tensor reference = Tensor::view(reference_->ptr, dtype, pool.device(), {layout.slab_elements()});
     copy_floats_to_tensor(reference, initial_weights_from_deck(deck, layout));
     trainer_->set_reference(reference);

@@ -46,7 +46,53 @@ std::vector<HandoffAction> handoff_plan(PeakDevice mode, HandoffPoint point) {
   return {};
 }
 
-HandoffExecutor::HandoffExecutor(MemoryPool& pool, HandoffConfig config, Callback sync_weights, RebuildCallback rebuild)
+namespace {
+bool engine_kv_moves(const HandoffConfig& config) { return config.offload_rollout && config.level_kv_cache; }
+bool engine_weights_move(const HandoffConfig& config) {
+  return config.offload_rollout && config.level_weight && !config.weights_shared;
+}
+}  // namespace
+
+std::vector<Tag> deferred_at_startup(const HandoffConfig& config) {
+  std::vector<Tag> deferred = {tags::grads, tags::activations};
+  if (engine_kv_moves(config)) deferred.push_back(tags::kv_cache);
+  if (config.peak_device == PeakDevice::Cpu && engine_weights_move(config)) deferred.push_back(tags::weights);
+  return deferred;
+}
+
+std::vector<TagOperation> handoff_operations(HandoffAction action, const HandoffConfig& config) {
+  using M = TagMove;
+  switch (action) {
+    case HandoffAction::OffloadKv:
+      if (!engine_kv_moves(config)) return {};
+      return {{M::Drop, tags::kv_cache}};
+    case HandoffAction::OnloadKv:
+      if (!engine_kv_moves(config)) return {};
+      return {{M::Onload, tags::kv_cache}};
+    case HandoffAction::OffloadWeights:
+      if (!engine_weights_move(config)) return {};
+      return {{M::Offload, tags::weights}};
+    case HandoffAction::OnloadWeights:
+      if (!engine_weights_move(config)) return {};
+      return {{M::Onload, tags::weights}};
+    case HandoffAction::OffloadTrain:
+      if (!config.offload_train) return handoff_operations(HandoffAction::ClearTrainMemory, config);
+      // Derived copies go first: dropping them before the copy keeps them off the host.
+      return {{M::Drop, tags::derived},          {M::Drop, tags::activations}, {M::Drop, tags::grads},
+              {M::Offload, tags::master_weights}, {M::Offload, tags::optimizer}, {M::Offload, tags::reference}};
+    case HandoffAction::OnloadTrain:
+      // Also after a plain clear_memory (offload-train off): grads and activations come back.
+      return {{M::Onload, tags::master_weights}, {M::Onload, tags::optimizer}, {M::Onload, tags::reference},
+              {M::Onload, tags::grads},          {M::Onload, tags::activations}, {M::Onload, tags::derived}};
+    case HandoffAction::ClearTrainMemory:
+      return {{M::Drop, tags::activations}, {M::Drop, tags::grads}};
+    case HandoffAction::SyncWeights: return {};
+  }
+  return {};
+}
+
+HandoffExecutor::HandoffExecutor(MemoryPool& pool, HandoffConfig config, SyncCallback sync_weights,
+                                 RebuildCallback rebuild)
     : pool_(pool), config_(config), sync_weights_(std::move(sync_weights)), rebuild_(std::move(rebuild)) {
   if (config_.peak_device == PeakDevice::Gpu && !(config_.offload_train && config_.offload_rollout))
     throw std::invalid_argument("colocate-memory-peak-device = gpu requires offload-train and offload-rollout");
@@ -56,69 +102,35 @@ HandoffReport HandoffExecutor::run(HandoffPoint point) {
   HandoffReport report;
   report.point = point;
   const auto start = std::chrono::steady_clock::now();
-  pool_.reset_peaks();
-  for (HandoffAction action : handoff_plan(config_.peak_device, point))
+  PhaseMemory memory(pool_);
+  memory.begin();
+  for (HandoffAction action : handoff_plan(config_.peak_device, point)) {
     if (execute(action, report)) report.executed.push_back(handoff_action_name(action));
-  const MemoryStats stats = pool_.stats();
-  report.device_peak = stats.device_peak;
-  report.host_peak = stats.host_peak;
+    memory.sample();
+  }
+  report.peak = memory.end();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 
 bool HandoffExecutor::execute(HandoffAction action, HandoffReport& report) {
+  if (action == HandoffAction::SyncWeights) {
+    if (sync_weights_) report.sync = sync_weights_();
+    return true;
+  }
   size_t touched = 0;
-  auto apply = [&](const TransferReport& transfer) {
+  for (const TagOperation& operation : handoff_operations(action, config_)) {
+    TransferReport transfer;
+    switch (operation.move) {
+      case TagMove::Drop: transfer = pool_.drop(operation.tag); break;
+      case TagMove::Offload: transfer = pool_.offload(operation.tag); break;
+      case TagMove::Onload: transfer = pool_.onload(operation.tag); break;
+    }
     report.bytes_moved += transfer.bytes;
+    if (operation.move == TagMove::Drop && operation.tag == tags::derived) report.derived_not_copied += transfer.device_bytes;
     touched += transfer.allocations;
+    if (action == HandoffAction::OffloadWeights && transfer.allocations) weights_ever_offloaded_ = true;
     if (!transfer.rebuild.empty() && rebuild_) rebuild_(transfer.rebuild);
-  };
-  const bool engine_kv = config_.offload_rollout && config_.level_kv_cache;
-  const bool engine_weights = config_.offload_rollout && config_.level_weight;
-  switch (action) {
-    case HandoffAction::OffloadKv:
-      if (!engine_kv) return false;
-      apply(pool_.drop(tags::kv_cache));
-      apply(pool_.drop(tags::cuda_graph));
-      break;
-    case HandoffAction::OnloadKv:
-      if (!engine_kv) return false;
-      apply(pool_.onload(tags::kv_cache));
-      apply(pool_.onload(tags::cuda_graph));
-      break;
-    case HandoffAction::OffloadWeights:
-      if (!engine_weights) return false;
-      apply(pool_.offload(tags::weights));
-      weights_ever_offloaded_ = true;
-      break;
-    case HandoffAction::OnloadWeights:
-      if (!engine_weights) return false;
-      apply(pool_.onload(tags::weights));
-      break;
-    case HandoffAction::OffloadTrain:
-      if (!config_.offload_train) return execute(HandoffAction::ClearTrainMemory, report);
-      // Derived copies go first: dropping them before the copy keeps them off the host.
-      apply(pool_.drop(tags::derived));
-      apply(pool_.drop(tags::activations));
-      apply(pool_.drop(tags::grads));
-      apply(pool_.offload(tags::master_weights));
-      apply(pool_.offload(tags::optimizer));
-      break;
-    case HandoffAction::OnloadTrain:
-      // Also after a plain clear_memory (offload-train off): grads and activations come back.
-      apply(pool_.onload(tags::master_weights));
-      apply(pool_.onload(tags::optimizer));
-      apply(pool_.onload(tags::grads));
-      apply(pool_.onload(tags::activations));
-      apply(pool_.onload(tags::derived));
-      break;
-    case HandoffAction::ClearTrainMemory:
-      apply(pool_.drop(tags::activations));
-      apply(pool_.drop(tags::grads));
-      break;
-    case HandoffAction::SyncWeights:
-      if (sync_weights_) sync_weights_();
-      return true;
   }
   return touched > 0;
 }

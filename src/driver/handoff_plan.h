@@ -4,26 +4,34 @@
 // memory accounting alone.
 //
 //   mode cpu: each side offloads before the other onloads (host RAM briefly holds the
-//             engine's weight copy and the trainer's state; the GPU never holds both).
+//             engine's weight copy and the trainer's state; the GPU never holds both,
+//             start-up included: the engine's buffers start unmapped).
 //   mode gpu: the overlap moves onto the GPU (after generate: offload_kv -> trainer
 //             onload -> offload_weights; before sync: clear_memory -> onload_weights ->
-//             offload trainer); at start-up only the KV cache is offloaded.
+//             offload trainer), so the host holds one side at a time and the pinned
+//             buffers of one serve the other; at start-up only the KV cache is offloaded.
+//
+// With the alias weight transport the engine's weights are the trainer's working copy:
+// both sides read them, so offload_weights and onload_weights leave them on the device
+// (there is no second copy to move, in either mode).
 #pragma once
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "driver/phase_memory.h"
+#include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
 
 namespace tandem {
 
 enum class HandoffAction {
-  OffloadKv,         // engine: drop KV cache and graph memory (contents are per rollout)
+  OffloadKv,         // engine: drop the KV cache and step scratch (contents are per rollout)
   OnloadKv,          // engine: map them back
   OffloadWeights,    // engine: weight copy to pinned host (only if `weight` is in the level)
   OnloadWeights,     // engine: weight copy back (only if `weight` is in the level)
-  OffloadTrain,      // trainer: master weights + optimizer to host; grads, activations and
-                     // derived copies dropped (rebuilt, never copied)
+  OffloadTrain,      // trainer: master weights, optimizer and KL reference to host; grads,
+                     // activations and derived copies dropped (rebuilt, never copied)
   OnloadTrain,       // trainer: back on the device; derived copies rebuilt
   ClearTrainMemory,  // trainer: drop transient grads and activations, keep the state
   SyncWeights,       // trainer -> engine weight transfer
@@ -41,6 +49,7 @@ struct HandoffConfig {
   bool level_kv_cache = true;
   bool level_weight = true;
   PeakDevice peak_device = PeakDevice::Cpu;
+  bool weights_shared = false;  // the alias transport: the engine reads the trainer's working copy
 };
 
 // The plan for one point of the step, as written in the design; actions that the
@@ -48,23 +57,41 @@ struct HandoffConfig {
 // the same for every config.
 std::vector<HandoffAction> handoff_plan(PeakDevice mode, HandoffPoint point);
 
-// Peak bytes seen while one point's plan ran.
+// The tags whose buffers the job creates unmapped (MemoryPool::set_deferred), because the
+// first handoffs (start-up, then before-sync) would give them up anyway: the device then
+// never holds more at start-up than in the step. Transient trainer memory always; in cpu
+// peak mode the engine's weight copy; the KV cache whenever the rollout offloads it.
+std::vector<Tag> deferred_at_startup(const HandoffConfig& config);
+
+// What an action does to the pool, in order, under the config: empty where the config
+// turns the action off (and for SyncWeights, which is no pool operation). The executor
+// runs these on the pool and the memory plan on its ledger, so both read the same.
+enum class TagMove { Drop, Offload, Onload };
+struct TagOperation {
+  TagMove move;
+  Tag tag;
+};
+std::vector<TagOperation> handoff_operations(HandoffAction action, const HandoffConfig& config);
+
+// What one point's plan did.
 struct HandoffReport {
   HandoffPoint point{};
   std::vector<std::string> executed;  // actions that did something
-  size_t device_peak = 0, host_peak = 0;
-  size_t bytes_moved = 0;
+  PhasePeak peak;                     // while the plan ran
+  size_t bytes_moved = 0;             // between device and host, the weight sync excluded
+  size_t derived_not_copied = 0;      // bytes of derived copies dropped instead of offloaded
+  SyncReport sync;                    // the weight sync, when the plan has one
   double seconds = 0;
 };
 
 class HandoffExecutor {
  public:
-  using Callback = std::function<void()>;
+  using SyncCallback = std::function<SyncReport()>;
   using RebuildCallback = std::function<void(const std::vector<std::string>& names)>;
 
   // Throws std::invalid_argument for configs the design forbids (gpu mode needs both
   // offload flags).
-  HandoffExecutor(MemoryPool& pool, HandoffConfig config, Callback sync_weights, RebuildCallback rebuild);
+  HandoffExecutor(MemoryPool& pool, HandoffConfig config, SyncCallback sync_weights, RebuildCallback rebuild);
 
   HandoffReport run(HandoffPoint point);
   // True once the engine's weights have been offloaded at least once.
@@ -75,7 +102,7 @@ class HandoffExecutor {
 
   MemoryPool& pool_;
   HandoffConfig config_;
-  Callback sync_weights_;
+  SyncCallback sync_weights_;
   RebuildCallback rebuild_;
   bool weights_ever_offloaded_ = false;
 };

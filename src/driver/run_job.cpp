@@ -4,13 +4,18 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "driver/colocated_memory.h"
 #include "driver/grpo_step.h"
 #include "driver/handoff_plan.h"
 #include "driver/model_from_deck.h"
+#include "driver/memory_plan.h"
+#include "driver/phase_memory.h"
 #include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "tensor/device_copy.h"
@@ -45,6 +50,7 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
   config.level_kv_cache = std::find(level.begin(), level.end(), "kv_cache") != level.end();
   config.level_weight = std::find(level.begin(), level.end(), "weight") != level.end();
   config.peak_device = deck.get<std::string>("memory.colocate-memory-peak-device") == "gpu" ? PeakDevice::Gpu : PeakDevice::Cpu;
+  config.weights_shared = transport_kind_from_name(deck.get<std::string>("sync.transport")) == TransportKind::Alias;
   return config;
 }
 
@@ -71,7 +77,9 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"", ""});
   rows.push_back({"master weights + AdamW (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
-  rows.push_back({"working + engine copies", format_bytes(2.0 * layout.slab_bytes(working_dtype))});
+  const bool alias = deck.get<std::string>("sync.transport") == "alias";
+  rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
+                  format_bytes((alias ? 1.0 : 2.0) * layout.slab_bytes(working_dtype))});
   rows.push_back({"KV cache", format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
                                   (deck.get<double>("rollout.kv-cache-fraction") > 0
                                        ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
@@ -140,10 +148,25 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
   auto pool = MemoryPool::create(world->device(), std::max(world->gpu(), 0), pool_options);
+  PhaseMemory startup_memory(*pool);
+  startup_memory.begin();
+  const HandoffConfig handoff_config = handoff_config_from_deck(deck);
+  // Buffers the first handoffs would give up start unmapped: start-up holds no more than a step.
+  const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
+  for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
-  ColocatedMemory memory(*pool, layout, working_dtype, 0);
-  HandoffExecutor handoff(*pool, handoff_config_from_deck(deck), [&] { memory.sync_weights(); },
+  ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")));
+  HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
+  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
+  for (Tag tag : deferred) pool->set_deferred(tag, false);
+  // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
+  // memory yet: predict, and refuse a plan the host cannot hold.
+  MemoryBaseline baseline = measure_baseline(*pool);
+  baseline.startup_staging = layout.slab_bytes(DType::F32);
+  const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
+  TLOG(info) << "\n" << plan.table();
+  check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
 
   // Restart: the newest complete checkpoint of this run, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
@@ -172,7 +195,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
         checkpoint.read_tensor(prefix + info.name, Tensor::view(host.data() + info.offset, DType::F32, Device::CPU, info.shape));
       copy_host_to_tensor(slab, host.data());
     }
-    memory.rebuild({"trainer.working_weights"});
+    memory.rebuild_working();
     std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
     step = checkpoint.step();
     data_cursor = checkpoint.data_cursor();
@@ -180,7 +203,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   } else {
     // A fresh start: the pretrained weights of model.path, or a random model from the seed.
     copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
-    memory.rebuild({"trainer.working_weights"});
+    memory.rebuild_working();
   }
 
   std::optional<RunFile> run_file;
@@ -197,7 +220,6 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     }
   }
 
-  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
   const int64_t steps = deck.get<int64_t>("run.steps");
   const int64_t checkpoint_every = deck.get<int64_t>("run.checkpoint-every");
   const int64_t samples_every = deck.get<int64_t>("run.samples-every");
@@ -214,6 +236,10 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
   }
   StopPoint stop_point(comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
+  std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
+  std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
+  size_t derived_not_copied = 0;  // by one offload of the trainer
+  PhaseMemory phase_memory(*pool);
   std::string last_checkpoint;
   bool stopping = false;
   while (step < last_step && !stopping) {
@@ -223,11 +249,14 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     pool->reset_peaks();
     RolloutSummary rollout;
     double rollout_seconds = 0, train_seconds = 0;
+    PhasePeak rollout_peak, train_peak;
     {
       ScopedPhase phase(timers, "rollout");
+      phase_memory.begin();
       const auto start = std::chrono::steady_clock::now();
       rollout = grpo.rollout(step, data_cursor);
       rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      rollout_peak = phase_memory.end();
     }
     HandoffReport to_train, to_rollout;
     {
@@ -237,9 +266,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     TrainStepResult trained;
     {
       ScopedPhase phase(timers, "train");
+      phase_memory.begin();
       const auto start = std::chrono::steady_clock::now();
       trained = grpo.train(step, rollout);
       train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      train_peak = phase_memory.end();
     }
     data_cursor += rollout.prompts_drawn;  // over all ranks: a restart draws the next prompts
     stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
@@ -315,10 +346,18 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"train_tokens_per_s", train_seconds > 0 ? trained.tokens / train_seconds : 0.0});
     metrics.push_back({"handoff/bytes", moved});
     metrics.push_back({"handoff/seconds", handoff_seconds});
-    metrics.push_back({"handoff/after_generate_device_peak", static_cast<double>(to_train.device_peak)});
-    metrics.push_back({"handoff/after_generate_host_peak", static_cast<double>(to_train.host_peak)});
-    metrics.push_back({"handoff/before_sync_device_peak", static_cast<double>(to_rollout.device_peak)});
-    metrics.push_back({"handoff/before_sync_host_peak", static_cast<double>(to_rollout.host_peak)});
+    metrics.push_back({"handoff/derived_not_copied", static_cast<double>(to_train.derived_not_copied + to_rollout.derived_not_copied)});
+    metrics.push_back({"sync/bytes", static_cast<double>(to_rollout.sync.bytes)});
+    metrics.push_back({"sync/seconds", to_rollout.sync.seconds});
+    if (startup_peak) add_phase_metrics(metrics, "startup", *std::exchange(startup_peak, std::nullopt));
+    add_phase_metrics(metrics, "rollout", rollout_peak);
+    add_phase_metrics(metrics, "after_generate", to_train.peak);
+    add_phase_metrics(metrics, "train", train_peak);
+    add_phase_metrics(metrics, "before_sync", to_rollout.peak);
+    for (const auto& [phase, peak] : {std::pair<const char*, const PhasePeak&>{"rollout", rollout_peak}, {"after_generate", to_train.peak},
+                                      {"train", train_peak}, {"before_sync", to_rollout.peak}})
+      measured[phase] = largest(measured[phase], peak);
+    derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
@@ -343,7 +382,8 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     TLOG(info) << "stopped at step " << step << " of " << steps << ": "
                << (stopping ? stop_point.reason() : "run.steps-per-job = " + std::to_string(steps_per_job))
                << "; a job with run.restart = auto resumes from " << last_checkpoint;
-  TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << "outputs:\n  log         " << (folder / "tandem.log").string()
+  TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << plan.comparison(measured, derived_not_copied)
+             << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);
   return 0;

@@ -69,7 +69,8 @@ void convert_f32(const Tensor& dst, const Tensor& src) {
   if (src.device == Device::CUDA) {
 #ifdef TANDEM_HAVE_CUDA
     if (dst.dtype == DType::F32)
-      check_cuda(cudaMemcpy(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice), "convert_f32 copy");
+      // Default, not DeviceToDevice: src may be an offloaded slab's mapped pinned host copy.
+      check_cuda(cudaMemcpy(dst.data, src.data, src.nbytes(), cudaMemcpyDefault), "convert_f32 copy");
     else
       convert_f32_to_bf16_cuda(dst.ptr<uint16_t>(), src.ptr<float>(), n, nullptr);
     check_cuda(cudaDeviceSynchronize(), "convert_f32");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -84,16 +85,20 @@ class TaggedMemoryPool final : public MemoryPool {
     if (tag_name(tag) == kPinnedCacheName)
       throw std::invalid_argument("memory pool " + label() + ": allocation " + what + ": the tag name " +
                                   kPinnedCacheName + " is reserved for the pinned host cache");
-    require_capacity(allocation.mapped_bytes, "allocate " + what);
+    const bool deferred = deferred_.count(tag.id) > 0;
+    if (!deferred) require_capacity(allocation.mapped_bytes, "allocate " + what);
     try {
       allocation.ptr = backend_->reserve(allocation.mapped_bytes);
-      backend_->map(allocation.ptr, allocation.mapped_bytes, /*zeroed=*/true);
+      if (!deferred) backend_->map(allocation.ptr, allocation.mapped_bytes, /*zeroed=*/true);
     } catch (const std::exception& error) {
       if (allocation.ptr) backend_->free_range(allocation.ptr, allocation.mapped_bytes);
       throw std::runtime_error("memory pool " + label() + ": cannot allocate " + what + ": " + error.what());
     }
-    ledgers_[tag.id].device.add(allocation.mapped_bytes);
-    device_total_.add(allocation.mapped_bytes);
+    ledgers_[tag.id];  // a deferred tag is listed in the stats from its first allocation on
+    if (deferred)
+      allocation.residency = Residency::Dropped;
+    else
+      add_device(tag, allocation.mapped_bytes);
     records_.push_back(std::move(record));
     return &allocation;
   }
@@ -137,8 +142,7 @@ class TaggedMemoryPool final : public MemoryPool {
       if (allocation.tag != tag || allocation.residency != Residency::Resident) continue;
       if (!std::exchange(waited, true)) backend_->wait_for_device();
       HostBuffer buffer = take_host_buffer(allocation.mapped_bytes, "offload " + describe(allocation));
-      ledgers_[tag.id].host.add(buffer.capacity);
-      host_total_.add(buffer.capacity);
+      add_host(tag, buffer.capacity);
       try {
         backend_->copy_to_host(buffer.data, allocation.ptr, allocation.bytes);
         backend_->unmap(allocation.ptr, allocation.mapped_bytes);
@@ -200,8 +204,7 @@ class TaggedMemoryPool final : public MemoryPool {
       } catch (const std::exception& error) {
         throw std::runtime_error("memory pool " + label() + ": onload of " + describe(allocation) + ": " + error.what());
       }
-      ledgers_[tag.id].device.add(allocation.mapped_bytes);
-      device_total_.add(allocation.mapped_bytes);
+      add_device(tag, allocation.mapped_bytes);
       if (dropped) {
         report.rebuild.push_back(allocation.name);
       } else {
@@ -233,6 +236,32 @@ class TaggedMemoryPool final : public MemoryPool {
     stats.host_bytes = host_total_.bytes;
     stats.host_peak = host_total_.peak;
     return stats;
+  }
+
+  void set_deferred(Tag tag, bool deferred) override {
+    std::lock_guard lock(mutex_);
+    if (deferred)
+      deferred_.insert(tag.id);
+    else
+      deferred_.erase(tag.id);
+  }
+
+  int open_peak_window() override {
+    std::lock_guard lock(mutex_);
+    windows_[next_window_] = PeakBytes{device_total_.bytes, host_total_.bytes};
+    return next_window_++;
+  }
+
+  PeakBytes peak_window(int id) const override {
+    std::lock_guard lock(mutex_);
+    return window(id);
+  }
+
+  PeakBytes close_peak_window(int id) override {
+    std::lock_guard lock(mutex_);
+    const PeakBytes peaks = window(id);
+    windows_.erase(id);
+    return peaks;
   }
 
   void reset_peaks() override {
@@ -278,18 +307,43 @@ class TaggedMemoryPool final : public MemoryPool {
                              bytes_text(capacity) + " are free (held: " + (held.empty() ? "nothing" : held) + ")");
   }
 
+  const PeakBytes& window(int id) const {
+    const auto found = windows_.find(id);
+    if (found == windows_.end())
+      throw std::invalid_argument("memory pool " + label() + ": no open peak window " + std::to_string(id));
+    return found->second;
+  }
+
+  void add_device(Tag tag, size_t bytes) {
+    ledgers_[tag.id].device.add(bytes);
+    device_total_.add(bytes);
+    for (auto& [id, peaks] : windows_) peaks.device = std::max(peaks.device, device_total_.bytes);
+  }
+
+  void add_host_total(size_t bytes) {
+    host_total_.add(bytes);
+    for (auto& [id, peaks] : windows_) peaks.host = std::max(peaks.host, host_total_.bytes);
+  }
+
+  void add_host(Tag tag, size_t bytes) {
+    ledgers_[tag.id].host.add(bytes);
+    add_host_total(bytes);
+  }
+
   void remove_device(Tag tag, size_t bytes) {
     ledgers_[tag.id].device.remove(bytes);
     device_total_.remove(bytes);
   }
 
-  // A cached buffer is reused when it is at most 1/8 larger than needed, so a cache of
-  // mismatched sizes cannot inflate host memory much; otherwise a new one is allocated,
-  // after giving the cache back to the system if memory is short.
+  // The smallest cached buffer that holds the data is reused, however much larger: the
+  // handoff plans never hold both sides' copies on the host at once (in gpu peak mode),
+  // so the trainer's buffers serve the engine's weights and host memory stays at the
+  // larger side. Otherwise a new one is allocated, after giving the cache back to the
+  // system if memory is short.
   HostBuffer take_host_buffer(size_t capacity, const std::string& what) {
     if (options_.pinned_host_cache) {
       const auto fit = host_cache_.lower_bound(capacity);
-      if (fit != host_cache_.end() && fit->first <= capacity + capacity / 8) {
+      if (fit != host_cache_.end()) {
         HostBuffer buffer{fit->second, fit->first};
         host_cache_.erase(fit);
         cache_ledger_.host.remove(buffer.capacity);
@@ -321,7 +375,7 @@ class TaggedMemoryPool final : public MemoryPool {
     host_cache_.emplace(buffer.capacity, buffer.data);
     cache_used_ = true;
     cache_ledger_.host.add(buffer.capacity);
-    host_total_.add(buffer.capacity);
+    add_host_total(buffer.capacity);
   }
 
   size_t free_host_cache() {
@@ -356,6 +410,9 @@ class TaggedMemoryPool final : public MemoryPool {
   Ledger cache_ledger_;                           // host bytes held by the pinned cache
   bool cache_used_ = false;
   Counter device_total_, host_total_;
+  std::set<int> deferred_;                        // tag ids whose new allocations start Dropped
+  std::map<int, PeakBytes> windows_;              // open peak windows by id
+  int next_window_ = 0;
   std::multimap<size_t, void*> host_cache_;       // capacity -> buffer
 };
 

@@ -36,6 +36,11 @@ struct TagUsage {
   size_t host_bytes = 0, host_peak = 0;
 };
 
+// The most bytes a peak window saw, device and host, totals over every tag.
+struct PeakBytes {
+  size_t device = 0, host = 0;
+};
+
 struct MemoryStats {
   std::map<std::string, TagUsage> per_tag;  // by tag name, every tag ever used
   size_t device_bytes = 0, device_peak = 0;  // sums over tags; peak of the sum
@@ -58,9 +63,10 @@ struct TransferReport {
 inline constexpr const char* kPinnedCacheName = "pinned_cache";
 
 struct PoolOptions {
-  // Keep the host buffers that onload frees and hand them to the next offload that fits
-  // (at most 1/8 larger than needed): allocating GBs of pinned memory costs far more
-  // than copying into it.
+  // Keep the host buffers that onload frees and hand them to the next offload they can
+  // hold (the smallest that fits, whatever its size): allocating GBs of pinned memory
+  // costs far more than copying into it, and a buffer that held the trainer's state can
+  // then hold the engine's weights, so the host never holds more than the larger side.
   bool pinned_host_cache = true;
   // Refuse to map more than this many device bytes (0: only the device's own limit).
   // Lets the CPU backend play a GPU of a given size, and caps the pool's share of one.
@@ -101,9 +107,20 @@ class MemoryPool {
   // weight sync read a sleeping trainer's weights. Throws for dropped allocations.
   virtual const void* readable_data(const Allocation* allocation) const = 0;
 
+  // New allocations of a deferred tag get their address range but no pages: they start
+  // Dropped, and their first onload maps them (zeroed). Lets a job lay out every buffer
+  // at start-up while mapping only what its first phase holds.
+  virtual void set_deferred(Tag tag, bool deferred) = 0;
+
   virtual MemoryStats stats() const = 0;
   // Every peak (per tag and of the sums) restarts from the current bytes.
   virtual void reset_peaks() = 0;
+  // A peak window follows the device and host totals from now on, on its own: neither
+  // reset_peaks() nor another window touches it, so phases can each have their peak.
+  virtual int open_peak_window() = 0;
+  // The window's peaks so far; closing forgets it. Throws for an unknown id.
+  virtual PeakBytes peak_window(int id) const = 0;
+  virtual PeakBytes close_peak_window(int id) = 0;
   // Frees every cached host buffer; returns the bytes given back to the system.
   virtual size_t trim_host_cache() = 0;
   virtual std::vector<const Allocation*> allocations() const = 0;

@@ -9,7 +9,7 @@ namespace tandem {
 namespace {
 std::mutex registry_mutex;
 std::vector<std::string>& registry() {
-  static std::vector<std::string> names = {"weights",     "master_weights", "kv_cache", "cuda_graph",
+  static std::vector<std::string> names = {"weights",     "master_weights", "kv_cache", "reference",
                                            "grads",       "optimizer",      "activations", "derived"};
   return names;
 }

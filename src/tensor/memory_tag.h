@@ -15,7 +15,7 @@ namespace tags {
 inline constexpr Tag weights{0};         // model parameters the engine reads (bf16 working copy)
 inline constexpr Tag master_weights{1};  // FP32 master parameters of the trainer
 inline constexpr Tag kv_cache{2};
-inline constexpr Tag cuda_graph{3};
+inline constexpr Tag reference{3};       // the frozen policy of the KL term: trainer memory
 inline constexpr Tag grads{4};
 inline constexpr Tag optimizer{5};
 inline constexpr Tag activations{6};

@@ -48,9 +48,15 @@ size_t gpu_free_memory() {
   check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   return free_bytes;
 }
+size_t gpu_used_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return total_bytes - free_bytes;
+}
 #else
 int gpu_count() { return 0; }
 size_t gpu_free_memory() { throw std::runtime_error("this tandem was built without CUDA"); }
+size_t gpu_used_memory() { throw std::runtime_error("this tandem was built without CUDA"); }
 void bind_gpu(int) { throw std::runtime_error("this tandem was built without CUDA"); }
 GpuInfo gpu_info(int) { throw std::runtime_error("this tandem was built without CUDA"); }
 #endif

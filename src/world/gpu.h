@@ -16,5 +16,6 @@ struct GpuInfo {
 };
 GpuInfo gpu_info(int device);
 size_t gpu_free_memory();  // of the GPU this thread is bound to
+size_t gpu_used_memory();  // total - free of that GPU (cudaMemGetInfo): every process's memory
 
 }  // namespace tandem

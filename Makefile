@@ -11,7 +11,8 @@ PACKAGES = build-essential cmake pkg-config git \
            libboost-program-options-dev libboost-log-dev \
            libgtest-dev nlohmann-json3-dev libzstd-dev libxxhash-dev \
            libonig-dev libutf8proc-dev \
-           libjs-chart.js chromium
+           libjs-chart.js chromium \
+           slurm-wlm munge
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -12,10 +12,12 @@
 
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deck/deck.h"
+#include "deck/same_deck_on_ranks.h"
 #include "driver/default_deck.h"
 #include "driver/run_job.h"
 #include "export/export_command.h"
@@ -24,11 +26,11 @@
 #include "rollout/generate_command.h"
 #include "tasks/tokenize_command.h"
 #include "world/errors.h"
+#include "world/stop_signals.h"
 #include "world/version.h"
+#include "world/world.h"
 
 namespace {
-
-constexpr int kExitDeckError = 2;
 
 void print_usage(std::ostream& out) {
   out << "tandem " << tandem::tandem_version() << " (" << tandem::tandem_git_revision() << ")\n"
@@ -106,30 +108,30 @@ int main(int argc, char** argv) {
     }
   } catch (const tandem::DeckError& error) {
     std::cerr << "tandem: " << error.what() << "\n";
-    return kExitDeckError;
+    return tandem::kExitBadInput;
   }
 
+  // Before MPI_Init: a stop signal that comes early (a requeued job's) must not kill the rank.
+  tandem::install_stop_signals();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int status = 0;
+  int status = tandem::kExitDone;
   try {
-    // Every rank parses the deck, so every rank fails alike on a bad one.
-    const tandem::Deck deck = load_deck(args);
-    status = tandem::run_job(deck, MPI_COMM_WORLD);
-  } catch (const tandem::DeckError& error) {
+    // Every rank parses its own deck (an MPMD launch may give ranks different ones), so a bad
+    // one fails every rank together, and ranks with different decks refuse to start.
+    std::optional<tandem::Deck> deck;
+    tandem::fail_together_on_error(MPI_COMM_WORLD, [&] { deck.emplace(load_deck(args)); });
+    tandem::require_same_deck_on_ranks(MPI_COMM_WORLD, *deck);
+    status = tandem::run_job(*deck, MPI_COMM_WORLD);
+  } catch (const tandem::RanksFailedError& error) {
+    // Every rank threw this one together: each leaves through MPI_Finalize.
     if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
-    status = kExitDeckError;
-  } catch (const tandem::BadInputError& error) {  // thrown on every rank alike
-    if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
-    status = kExitDeckError;
-  } catch (const tandem::NumericalFailureError& error) {  // thrown on every rank alike
-    if (rank == 0) std::cerr << "tandem: " << error.what() << "\n";
-    status = 3;
+    status = error.code();
   } catch (const std::exception& error) {
     std::cerr << "tandem: rank " << rank << ": " << error.what() << "\n";
     // A rank failing alone would leave the others waiting in a collective.
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(MPI_COMM_WORLD, tandem::exit_code_of(error));
   }
   MPI_Finalize();
   return status;

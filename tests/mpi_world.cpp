@@ -62,9 +62,10 @@ TEST(World, OneRanksErrorFailsEveryRankTogether) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const std::string mine = rank == 1 ? "tensor 'w' missing" : "";
   try {
-    fail_together(MPI_COMM_WORLD, mine);
+    fail_together(MPI_COMM_WORLD, mine, rank == 1 ? kExitBadInput : kExitFailure);
     FAIL() << "rank " << rank << " did not throw";
-  } catch (const std::runtime_error& error) {
+  } catch (const RanksFailedError& error) {
+    EXPECT_EQ(error.code(), kExitBadInput) << "the failing rank's exit code, on every rank";
     const std::string text = error.what();
     EXPECT_NE(text.find("rank 1: tensor 'w' missing"), std::string::npos) << text;
     EXPECT_EQ(text.find("rank 0:"), std::string::npos) << text;

@@ -22,7 +22,7 @@ std::string Source::describe() const {
 }
 
 DeckError::DeckError(const std::string& file, int line, const std::string& key, const std::string& reason)
-    : std::runtime_error(message(file, line, key, reason)), file(file), line(line), key(key), reason(reason) {}
+    : BadInputError(message(file, line, key, reason)), file(file), line(line), key(key), reason(reason) {}
 
 DeckError::DeckError(const Source& source, const std::string& key, const std::string& reason)
     : DeckError(source.kind == Source::Kind::File ? source.file : source.describe(), source.line, key, reason) {}

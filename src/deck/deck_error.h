@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "world/errors.h"
+
 namespace tandem {
 
 struct Source {
@@ -18,7 +20,7 @@ struct Source {
 
 // what(): "FILE:LINE: key 'section.key': REASON". The line is left out when there is none
 // (command line, a whole file) and the key when the error is about no single key.
-struct DeckError : std::runtime_error {
+struct DeckError : BadInputError {
   DeckError(const std::string& file, int line, const std::string& key, const std::string& reason);
   DeckError(const Source& source, const std::string& key, const std::string& reason);
 

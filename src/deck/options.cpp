@@ -19,11 +19,13 @@ const std::vector<OptionSpec>& tandem_options() {
       {"run.report-every", Int, "0", "steps", "rewrite <run folder>/report.html every this many steps; it is written at the end of the run in any case; 0 = only then", at_least(0)},
       {"run.report-sample-steps", Int, "8", "steps", "report.html's token view holds the samples of the latest this many steps that stored samples; 0 = all", at_least(0)},
       {"run.keep-checkpoints", Int, "3", "", "checkpoints kept in the run folder; older ones are deleted", at_least(1)},
+      {"run.max-time", Seconds, "0", "", "stop cleanly with a checkpoint before this much time since the start has passed, allowing for a step and a checkpoint (like GROMACS -maxh); 0 = under Slurm the job's end time, else no limit", at_least(0)},
 
       {"world.device", Choice, "auto", "", "where to compute; auto = cuda when a GPU is visible, else cpu", {}, {"auto", "cpu", "cuda"}},
       {"world.log-level", Choice, "info", "", "least severe message written to the log", {}, {"trace", "debug", "info", "warning", "error"}},
       {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
       {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
+      {"world.stall-timeout", Seconds, "10min", "", "a rank that does not reach one of the step's collectives this long after the others is reported by rank and collective, and the job ends; 0 = wait forever", at_least(0)},
 
       {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
       {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},

@@ -14,6 +14,7 @@
 #include "world/gpu.h"
 #include "world/host_memory.h"
 #include "world/log.h"
+#include "world/stall_guard.h"
 
 namespace tandem {
 
@@ -204,7 +205,7 @@ std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>
   }
   std::vector<double> all(mine.size() * static_cast<size_t>(world_size_));
   const int count = static_cast<int>(mine.size());
-  MPI_Allgather(mine.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm_);
+  all_gather(mine.data(), count, MPI_DOUBLE, all.data(), comm_, "the gathering of rewards");
   return all;
 }
 

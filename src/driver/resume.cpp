@@ -38,7 +38,7 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
   if (restart == "never") return std::nullopt;
   if (restart != "auto") {
     const std::string error = load_on_every_rank(restart, loader, comm);
-    if (!error.empty()) throw BadInputError("run.restart = " + restart + " cannot be resumed: " + error);
+    if (!error.empty()) throw RanksFailedError(kExitBadInput, "run.restart = " + restart + " cannot be resumed: " + error);
     return std::filesystem::path(restart);
   }
   const std::vector<std::filesystem::path> candidates = checkpoints_newest_first(folder);
@@ -53,7 +53,7 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
     reasons += "\n  " + error;
   }
   if (!candidates.empty())
-    throw BadInputError("restart = auto: none of the " + std::to_string(candidates.size()) + " checkpoints in " +
+    throw RanksFailedError(kExitBadInput, "restart = auto: none of the " + std::to_string(candidates.size()) + " checkpoints in " +
                         folder.string() + " loads (restart = never starts the run afresh):" + reasons);
   return std::nullopt;
 }

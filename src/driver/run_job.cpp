@@ -33,6 +33,9 @@
 #include "world/host_memory.h"
 #include "world/log.h"
 #include "world/phase_timers.h"
+#include "world/slurm_end_time.h"
+#include "world/stall_guard.h"
+#include "world/stop_point.h"
 #include "world/table.h"
 #include "world/world.h"
 #include "world/version.h"
@@ -115,6 +118,16 @@ std::string rng_state(const std::mt19937_64& rng) {
   return out.str();
 }
 
+// When this job must have stopped: run.max-time after `start`, else the Slurm job's end.
+std::optional<std::time_t> stop_deadline_from_deck(const Deck& deck, std::time_t start) {
+  const double max_time = deck.get<Seconds>("run.max-time").value;
+  if (max_time > 0) return start + static_cast<std::time_t>(max_time);
+  std::string note;
+  const auto end = slurm_job_end_time(note);
+  if (!note.empty()) TLOG(warning) << "run.max-time = 0 and the Slurm job's end time is unknown (" << note << "): no time limit";
+  return end;
+}
+
 }  // namespace
 
 static int run_job_logged(const Deck& deck, MPI_Comm comm);
@@ -130,9 +143,11 @@ int run_job(const Deck& deck, MPI_Comm comm) {
 }
 
 static int run_job_logged(const Deck& deck, MPI_Comm comm) {
+  const std::time_t start_time = std::time(nullptr);
   auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
                                                 static_cast<int>(deck.get<int64_t>("world.threads"))});
   init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
+  set_stall_timeout(comm, deck.get<Seconds>("world.stall-timeout").value);
   const bool root = world->rank() == 0;
   const fs::path folder = fs::path(deck.get<std::string>("run.output-dir")) / deck.get<std::string>("run.name");
   std::string error;
@@ -141,7 +156,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     fs::create_directories(folder, failure);
     if (failure) error = "cannot create the run folder " + folder.string() + ": " + failure.message();
   }
-  fail_together(comm, error);
+  fail_together(comm, error, kExitBadInput);
   add_log_file(folder);
 
   const ModelConfig model = model_config_from_deck(deck);
@@ -186,8 +201,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   CheckpointLoader loader;
   loader.check_fits = [&](const Checkpoint& checkpoint) {
     if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
-      throw BadInputError(checkpoint.path().string() + " was written by " + std::to_string(checkpoint.rng_states().size()) +
-                          " ranks, this job has " + std::to_string(world->size()));
+      throw RanksFailedError(kExitBadInput, checkpoint.path().string() + " was written by " +
+                                                std::to_string(checkpoint.rng_states().size()) + " ranks, this job has " +
+                                                std::to_string(world->size()));
   };
   loader.load = [&](const Checkpoint& checkpoint) {
     trainer_checkpoint.read(checkpoint);
@@ -248,12 +264,14 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     handoff.run(HandoffPoint::Startup);
     handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
   }
+  StopPoint stop_point(comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
   std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
   size_t derived_not_copied = 0;  // by one offload of the trainer
   PhaseMemory phase_memory(*pool);
   std::string last_checkpoint;
-  while (step < last_step) {
+  bool stopping = false;
+  while (step < last_step && !stopping) {
     ++step;
     set_log_step(step);
     MetricValues metrics;
@@ -289,12 +307,14 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     const bool non_finite = !std::isfinite(trained.grad_norm);
     const std::string non_finite_text = non_finite ? non_finite_report(comm, step, trained.grad_norm, trained.non_finite) : "";
     const bool stop_here = non_finite && on_non_finite == OnNonFinite::Stop;
+    stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
     if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps) ||
-        stop_here) {
+        stop_here || stopping) {
       // The trainer's state is on the device between train and the next handoff.
       ScopedPhase phase(timers, "checkpoint");
+      const auto checkpoint_start = std::chrono::steady_clock::now();
       if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
       if (root) {
@@ -303,6 +323,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
         write_checkpoint_temporary(folder, contents);
         checkpoint_pending = true;
       }
+      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count());
     }
     {
       ScopedPhase phase(timers, "handoff");
@@ -316,7 +337,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
                        rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
                        trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
                        trained.metrics.kl_mean, trained.metrics.entropy_mean};
-      MPI_Allreduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm);
+      all_reduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm, "the reduction of metrics");
       const double ranks = world->size();
       rollout.reward_mean = sums[0] / ranks;
       const double samples = ranks * static_cast<double>(rollout.drawn_samples);
@@ -331,7 +352,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       rollout.generated_tokens = static_cast<int64_t>(sums[8]);
       trained.metrics.kl_mean = sums[9] / ranks;
       trained.metrics.entropy_mean = sums[10] / ranks;
-      MPI_Allreduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm);
+      all_reduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm, "the reduction of metrics");
     }
     const double moved = static_cast<double>(to_train.bytes_moved + to_rollout.bytes_moved);
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;
@@ -397,8 +418,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
         TLOG(warning) << *collapse;
     if (stop_here)
-      throw NumericalFailureError(non_finite_text + "; the update was skipped and checkpoint " +
-                                  checkpoint_file_name(step) + " holds the weights before it (train.on-nonfinite = skip would step over it)");
+      throw RanksFailedError(kExitNumericalFailure,  // every rank saw the same norm
+                             non_finite_text + "; the update was skipped and checkpoint " + checkpoint_file_name(step) +
+                                 " holds the weights before it (train.on-nonfinite = skip would step over it)");
     if (non_finite && root)
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
@@ -406,7 +428,13 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);
-  TLOG(info) << "run complete\n" << table << plan.comparison(measured, derived_not_copied) << "outputs:\n  log         " << (folder / "tandem.log").string()
+  // jobs/tandem.sbatch reads these lines in tandem.log: "stopped" means submit the next job.
+  if (step < steps)
+    TLOG(info) << "stopped at step " << step << " of " << steps << ": "
+               << (stopping ? stop_point.reason() : "run.steps-per-job = " + std::to_string(steps_per_job))
+               << "; a job with run.restart = auto resumes from " << last_checkpoint;
+  TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << plan.comparison(measured, derived_not_copied)
+             << "outputs:\n  log         " << (folder / "tandem.log").string()
              << "\n  run file    " << (folder / kRunFileName).string()
              << "\n  report      " << (folder / kReportFileName).string()
              << (last_checkpoint.empty() ? std::string() : "\n  checkpoint  " + last_checkpoint);

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "world/communicator.h"
+#include "world/stall_guard.h"
 
 namespace tandem {
 
@@ -25,7 +26,9 @@ class MpiCommunicator final : public Communicator {
     constexpr size_t kSlice = size_t{1} << 30;
     for (size_t offset = 0; offset < count; offset += kSlice) {
       const int n = static_cast<int>(std::min(kSlice, count - offset));
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+      MPI_Request request;
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_, &request), "MPI_Iallreduce");
+      wait_for_ranks(request, "the gradient all-reduce");
     }
   }
   void broadcast(void* data, size_t bytes, int root) override {
@@ -33,7 +36,9 @@ class MpiCommunicator final : public Communicator {
     auto* base = static_cast<char*>(data);
     for (size_t offset = 0; offset < bytes; offset += kSlice) {
       const int n = static_cast<int>(std::min(kSlice, bytes - offset));
-      check_mpi(MPI_Bcast(base + offset, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+      MPI_Request request;
+      check_mpi(MPI_Ibcast(base + offset, n, MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
+      wait_for_ranks(request, "a broadcast");
     }
   }
   void synchronize() override {}

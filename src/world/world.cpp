@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
@@ -28,16 +29,23 @@ std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mi
   return result;
 }
 
-void fail_together(MPI_Comm comm, const std::string& local_error) {
+void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code) {
   const auto errors = all_gather_strings(comm, local_error);
+  const auto codes = all_gather_strings(comm, std::to_string(static_cast<int>(code)));
   std::string message;
   int failed = 0;
+  ExitCode first_code = kExitDone;
   for (size_t r = 0; r < errors.size(); ++r) {
     if (errors[r].empty()) continue;
+    if (!failed) first_code = static_cast<ExitCode>(std::stoi(codes[r]));
     ++failed;
     message += "\n  rank " + std::to_string(r) + ": " + errors[r];
   }
-  if (failed) throw std::runtime_error("failed on " + std::to_string(failed) + " of " + std::to_string(errors.size()) + " ranks:" + message);
+  if (!failed) return;
+  // Every rank failed alike (a bad deck, a missing file): the message once.
+  if (failed == static_cast<int>(errors.size()) && std::all_of(errors.begin(), errors.end(), [&](const std::string& e) { return e == errors[0]; }))
+    throw RanksFailedError(first_code, errors[0]);
+  throw RanksFailedError(first_code, "failed on " + std::to_string(failed) + " of " + std::to_string(errors.size()) + " ranks:" + message);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "world/communicator.h"
+#include "world/errors.h"
 
 namespace tandem {
 
@@ -53,10 +54,25 @@ class World {
   std::vector<RankPlacement> placements_;
 };
 
-// Collective: every rank passes its own error ("" when fine). If any rank failed, every
-// rank throws the same std::runtime_error listing each failing rank's message, so no
-// rank is left waiting in a later collective.
-void fail_together(MPI_Comm comm, const std::string& local_error);
+// Collective: every rank passes its own error ("" when fine) and the exit code it calls
+// for. If any rank failed, every rank throws the same RanksFailedError with the first
+// failing rank's code and each failing rank's message, so no rank is left waiting in a
+// later collective.
+void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code = kExitFailure);
+
+// Runs `work` on every rank; an exception on any rank fails every rank together (above).
+template <class Work>
+void fail_together_on_error(MPI_Comm comm, Work&& work) {
+  std::string error;
+  ExitCode code = kExitDone;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    error = e.what();
+    code = exit_code_of(e);
+  }
+  fail_together(comm, error, code);
+}
 
 // Gathers one string per rank to every rank.
 std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine);

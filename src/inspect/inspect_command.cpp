@@ -16,6 +16,7 @@
 #include "deck/command_flags.h"
 #include "inspect/tensor_summary.h"
 #include "io/checkpoint.h"
+#include "io/checksum.h"
 #include "io/hdf5_file.h"
 #include "io/run_file.h"
 
@@ -139,7 +140,7 @@ json inspect_checkpoint(const fs::path& path, const Options& options, json& prob
     try {
       const TensorSummary summary = summarize_checkpoint_tensor(checkpoint, info, buffer);
       entry["norm"] = summary.norm;
-      entry["xxh3"] = hex64(summary.xxh3);
+      entry["xxh3"] = checksum_hex(summary.xxh3);
       entry["finite"] = summary.finite;
       bytes += summary.bytes;
       if (!summary.finite) problems.push_back(path.string() + ": tensor '" + info.name + "' holds NaN or Inf");

@@ -1,7 +1,6 @@
 #include "inspect/tensor_summary.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 
 #include "io/checksum.h"
@@ -61,12 +60,6 @@ TensorSummary summarize_checkpoint_tensor(const Checkpoint& checkpoint, const hd
   summary.norm = std::sqrt(sum_of_squares);
   summary.xxh3 = xxh3_64(buffer.data(), buffer.size());
   return summary;
-}
-
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 }  // namespace tandem

@@ -21,6 +21,5 @@ struct TensorSummary {
 TensorSummary summarize_checkpoint_tensor(const Checkpoint& checkpoint, const hdf5::TensorInfo& info,
                                           std::vector<unsigned char>& buffer);
 
-std::string hex64(uint64_t value);  // 16 lowercase hex digits
 
 }  // namespace tandem

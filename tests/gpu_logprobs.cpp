@@ -88,14 +88,25 @@ void check_case(int64_t T, int64_t V, DType dtype, float temperature, bool with_
   }
   // Per element: the output's rounding (F32: 1e-5 relative; BF16: half an ulp, 2^-9)
   // plus FP32 error in the row's log-sum-exp, at most 1e-5 of the row's largest value.
+  // The entropy term, dentropy * p_v * (log p_v + H) / temperature, cancels: its FP32 error
+  // is relative to the terms before the cancellation, p_v * (|log p_v| + H).
   const double rel = dtype == DType::BF16 ? 1.0 / 256 : 1e-5;
   for (int64_t t = 0; t < T; ++t) {
     const float* ref_row = ref_dlogits.data() + t * V;
     float row_max = 0;
     for (int64_t v = 0; v < V; ++v) row_max = std::max(row_max, std::fabs(ref_row[v]));
-    for (int64_t v = 0; v < V; ++v)
-      ASSERT_NEAR(dlogits[t * V + v], ref_row[v], 1e-6 + rel * std::fabs(ref_row[v]) + 1e-5 * row_max)
+    double lse = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      const double z = logits[t * V + v] / temperature;
+      lse = std::max(lse, z) + std::log1p(std::exp(-std::fabs(lse - z)));
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      const double logp_v = logits[t * V + v] / temperature - lse;
+      const double entropy_terms =
+          with_entropy ? std::fabs(dentropy[t]) * std::exp(logp_v) * (std::fabs(logp_v) + ref_entropy[t]) / temperature : 0.0;
+      ASSERT_NEAR(dlogits[t * V + v], ref_row[v], 1e-6 + rel * std::fabs(ref_row[v]) + 1e-5 * row_max + 1e-5 * entropy_terms)
           << "row " << t << " column " << v << " seed " << seed;
+    }
   }
 }
 

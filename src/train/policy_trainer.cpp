@@ -35,16 +35,22 @@ const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const Para
                                                          {"exp_avg", &memory.exp_avg},
                                                          {"exp_avg_sq", &memory.exp_avg_sq},
                                                          {"working", &memory.working}};
+  const bool streamed = memory.state_staging != nullptr;
   for (const auto& [name, slab] : slabs) {
+    const bool state = slab == &memory.exp_avg || slab == &memory.exp_avg_sq;
+    const Device wanted = streamed && state ? Device::CPU : device;
     const bool dtype_ok = slab == &memory.working ? slab->dtype == DType::F32 || slab->dtype == DType::BF16
                                                   : slab->dtype == DType::F32;
-    if (!slab->data || !dtype_ok || slab->device != device || slab->numel() != layout.slab_elements() ||
+    if (!slab->data || !dtype_ok || slab->device != wanted || slab->numel() != layout.slab_elements() ||
         !slab->is_contiguous())
       throw std::invalid_argument(std::string("PolicyTrainer: the ") + name + " slab must be a flat " +
                                   (slab == &memory.working ? "F32 or BF16" : "F32") + " tensor of " +
-                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(device) +
+                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(wanted) +
                                   ", got " + slab->describe());
   }
+  if (streamed && memory.state_slot_elements < 2)
+    throw std::invalid_argument("PolicyTrainer: state staging slots of " + std::to_string(memory.state_slot_elements) +
+                                " values cannot hold one element's two moments");
   if (!memory.activations)
     throw std::invalid_argument("PolicyTrainer: no activation slab (activations is null)");
   if (device == Device::CPU && memory.working.dtype != DType::F32)
@@ -281,13 +287,20 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   adamw.lr = lr;
   const bool bf16_working = memory_.working.dtype == DType::BF16;
   uint16_t* working = bf16_working ? memory_.working.ptr<uint16_t>() : nullptr;
-  for (const ParameterInfo& info : layout_.tensors()) {
-    if (muon && takes_muon(info)) continue;
-    const size_t offset = static_cast<size_t>(info.offset);
-    backend_->adamw_step(memory_.master.ptr<float>() + offset, grads.ptr<float>() + offset,
-                         memory_.exp_avg.ptr<float>() + offset, memory_.exp_avg_sq.ptr<float>() + offset,
-                         static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
-                         working ? working + offset : nullptr);
+  if (memory_.state_staging) {
+    if (muon && memory_.master.device != Device::CPU)
+      throw std::invalid_argument("PolicyTrainer: Muon with the optimizer state streamed from host or disk runs on "
+                                  "the CPU backend only so far (optimizer.state = device on CUDA)");
+    streamed_adamw(adamw, step, working, optimizer.kind);
+  } else {
+    for (const ParameterInfo& info : layout_.tensors()) {
+      if (muon && takes_muon(info)) continue;
+      const size_t offset = static_cast<size_t>(info.offset);
+      backend_->adamw_step(memory_.master.ptr<float>() + offset, grads.ptr<float>() + offset,
+                           memory_.exp_avg.ptr<float>() + offset, memory_.exp_avg_sq.ptr<float>() + offset,
+                           static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
+                           working ? working + offset : nullptr);
+    }
   }
   if (muon) {
     const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
@@ -299,6 +312,40 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
   backend_->synchronize();
   return result;
+}
+
+void PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working,
+                                   OptimizerKind optimizer) {
+  if (state_chunks_.empty() || state_chunks_optimizer_ != optimizer) {
+    state_chunks_ = plan_state_chunks(layout_, optimizer, memory_.state_slot_elements);
+    state_chunks_optimizer_ = optimizer;
+  }
+  std::vector<StateTransfer> copies;
+  for (size_t c = 0; c < state_chunks_.size(); ++c) {
+    const int slot = static_cast<int>(c % 2);
+    float* staging = memory_.state_staging + slot * memory_.state_slot_elements;
+    copies.clear();
+    for (const Tensor* moment : {&memory_.exp_avg, &memory_.exp_avg_sq})
+      for (const AdamWPiece& piece : state_chunks_[c].pieces) {
+        const StateTransfer copy{moment->ptr<float>() + piece.offset,
+                                 moment == &memory_.exp_avg ? piece.exp_avg : piece.exp_avg_sq, piece.count};
+        StateTransfer* last = copies.empty() ? nullptr : &copies.back();
+        if (last && last->store + last->count == copy.store && last->staging_offset + last->count == copy.staging_offset)
+          last->count += copy.count;  // adjacent in the slab and in the slot: one copy
+        else
+          copies.push_back(copy);
+      }
+    backend_->load_state(slot, staging, copies);
+    for (const AdamWPiece& piece : state_chunks_[c].pieces) {
+      const ParameterInfo& info = layout_.tensors()[piece.tensor];
+      backend_->adamw_step(memory_.master.ptr<float>() + piece.offset, memory_.grads.ptr<float>() + piece.offset,
+                           staging + piece.exp_avg, staging + piece.exp_avg_sq, piece.count,
+                           adamw_scalars(adamw, step, info.shape.size() == 2),
+                           working ? working + piece.offset : nullptr);
+    }
+    backend_->write_back_state(slot, staging, copies);
+  }
+  backend_->finish_state();
 }
 
 TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss,

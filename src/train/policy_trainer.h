@@ -28,6 +28,7 @@
 #include "model/transformer.h"
 #include "train/muon.h"
 #include "train/optimizer_settings.h"
+#include "train/optimizer_state_chunks.h"
 #include "train/policy_loss.h"
 #include "world/communicator.h"
 
@@ -64,7 +65,9 @@ struct PolicyTrainerSettings {
 // Flat views [layout.slab_elements()] of the slabs, all on one device.
 struct PolicyTrainerMemory {
   // F32. The optimizer's state: AdamW's moments; under Muon, exp_avg holds the momentum
-  // of Muon's matrices (and their part of exp_avg_sq stays unused).
+  // of Muon's matrices (and their part of exp_avg_sq stays unused). With state_staging,
+  // exp_avg and exp_avg_sq are host memory (CPU tensors: pinned, or a mapped state file)
+  // that the step streams through the staging chunk by chunk.
   Tensor master, grads, exp_avg, exp_avg_sq;
   // What forward and backward read, F32 or BF16 (BF16 on CUDA only): the master weights
   // themselves, or a copy the trainer rewrites after each update. Its dtype is the
@@ -73,6 +76,10 @@ struct PolicyTrainerMemory {
   // PolicyTrainer::activation_bytes(config, capacity, working.dtype, optimizer) bytes,
   // 256-byte aligned, on the same device; transient: nothing in it outlives a step.
   void* activations = nullptr;
+  // Null: the state is on the device. Otherwise two slots of state_slot_elements FP32
+  // values each on the device (optimizer_state_chunks.h).
+  float* state_staging = nullptr;
+  size_t state_slot_elements = 0;
 };
 
 class PolicyTrainer {
@@ -145,12 +152,17 @@ class PolicyTrainer {
   // gradients_add_up: each rank's loss is already a share of the global loss (normalised by
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
+  // AdamW's tensors with the state streamed chunk by chunk through the staging slots.
+  void streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working, OptimizerKind optimizer);
   double sum_over_ranks(double value);
 
   ModelConfig config_;
   const ParameterLayout& layout_;
   std::vector<MuonGroup> muon_groups_;
   PolicyTrainerMemory memory_;
+  // With the state streamed: the chunks of the optimizer last planned for (its AdamW tensors).
+  std::vector<StateChunk> state_chunks_;
+  OptimizerKind state_chunks_optimizer_ = OptimizerKind::AdamW;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
   std::unique_ptr<TrainerBackend> backend_;

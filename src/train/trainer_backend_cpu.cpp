@@ -1,3 +1,4 @@
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -59,6 +60,17 @@ class CpuTrainerBackend final : public TrainerBackend {
                     matrix.transposed ? group.m : group.n, scalars, working ? working + at : nullptr, muon_scratch_);
     }
   }
+
+  // Memory to memory, complete on return: the same chunks as on CUDA, in the same order.
+  void load_state(int /*slot*/, float* staging, std::span<const StateTransfer> copies) override {
+    for (const StateTransfer& copy : copies)
+      std::memcpy(staging + copy.staging_offset, copy.store, copy.count * sizeof(float));
+  }
+  void write_back_state(int /*slot*/, const float* staging, std::span<const StateTransfer> copies) override {
+    for (const StateTransfer& copy : copies)
+      std::memcpy(copy.store, staging + copy.staging_offset, copy.count * sizeof(float));
+  }
+  void finish_state() override {}
 
  private:
   CpuOps ops_;

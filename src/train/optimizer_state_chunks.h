@@ -1,0 +1,34 @@
+// How the optimizer state is streamed through the device when it lives in host memory
+// or in a state file (optimizer.state = host | disk): the AdamW tensors' two moments,
+// cut into chunks that each fit one staging slot of `slot_elements` FP32 values. AdamW
+// is elementwise, so a tensor may be cut anywhere and a chunk may hold the ends of
+// several tensors; each piece keeps its tensor (its weight decay is per tensor). A slot's
+// first half holds the chunk's exp_avg values, its second half their exp_avg_sq, each in
+// slab order, so pieces adjacent in the slab are adjacent in the slot and copy as one.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "model/parameters.h"
+#include "train/optimizer_settings.h"
+
+namespace tandem {
+
+struct AdamWPiece {
+  size_t tensor = 0;     // in layout.tensors()
+  size_t offset = 0;     // in the slabs, elements
+  size_t count = 0;
+  size_t exp_avg = 0;    // where its exp_avg and exp_avg_sq values sit in the slot, elements
+  size_t exp_avg_sq = 0;
+};
+
+struct StateChunk {
+  std::vector<AdamWPiece> pieces;
+  size_t elements = 0;  // per moment: the values of each half of the slot it uses
+};
+
+// The AdamW tensors in layout order (under Muon, those Muon does not take), in chunks of
+// at most slot_elements (>= 2) values. Throws std::invalid_argument for a smaller slot.
+std::vector<StateChunk> plan_state_chunks(const ParameterLayout& layout, OptimizerKind optimizer, size_t slot_elements);
+
+}  // namespace tandem

@@ -335,6 +335,9 @@ int run_job(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
     metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
     if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
+    metrics.push_back({"time/optimizer_step", trained.optimizer_seconds});
+    if (trained.state_bytes_streamed)
+      metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);

@@ -1,6 +1,7 @@
 #include "train/policy_trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -281,6 +282,7 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
     if (factor != 1) backend_->scale(grads, static_cast<float>(factor));
   }
   if (!std::isfinite(result.grad_norm)) return result;  // skip the update, keep the weights
+  const auto start = std::chrono::steady_clock::now();
   const OptimizerSettings& optimizer = settings.optimizer;
   const bool muon = optimizer.kind == OptimizerKind::Muon;
   AdamWSettings adamw = optimizer.adamw;
@@ -291,7 +293,7 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
     if (muon && memory_.master.device != Device::CPU)
       throw std::invalid_argument("PolicyTrainer: Muon with the optimizer state streamed from host or disk runs on "
                                   "the CPU backend only so far (optimizer.state = device on CUDA)");
-    streamed_adamw(adamw, step, working, optimizer.kind);
+    result.state_bytes_streamed = streamed_adamw(adamw, step, working, optimizer.kind);
   } else {
     for (const ParameterInfo& info : layout_.tensors()) {
       if (muon && takes_muon(info)) continue;
@@ -311,16 +313,18 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
   if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
   backend_->synchronize();
+  result.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
-void PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working,
+size_t PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working,
                                    OptimizerKind optimizer) {
   if (state_chunks_.empty() || state_chunks_optimizer_ != optimizer) {
     state_chunks_ = plan_state_chunks(layout_, optimizer, memory_.state_slot_elements);
     state_chunks_optimizer_ = optimizer;
   }
   std::vector<StateTransfer> copies;
+  size_t values = 0;
   for (size_t c = 0; c < state_chunks_.size(); ++c) {
     const int slot = static_cast<int>(c % 2);
     float* staging = memory_.state_staging + slot * memory_.state_slot_elements;
@@ -344,8 +348,10 @@ void PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, uin
                            working ? working + piece.offset : nullptr);
     }
     backend_->write_back_state(slot, staging, copies);
+    values += 2 * state_chunks_[c].elements;
   }
   backend_->finish_state();
+  return 2 * values * sizeof(float);
 }
 
 TrainStepResult PolicyTrainer::grpo_step(const std::vector<TrainSequence>& batch, const PolicyLossSettings& loss,

@@ -46,6 +46,8 @@ struct TrainSequence {
 struct TrainStepResult {
   double loss = 0;  // of the whole step, over all ranks
   double grad_norm = 0;
+  double optimizer_seconds = 0;  // the optimizer step (its streaming included), on this rank
+  size_t state_bytes_streamed = 0;  // optimizer.state = host | disk: read plus written back
   int64_t tokens = 0;  // completion tokens that counted
   PolicyLossMetrics metrics;
   double mean_logp = 0;  // over the counted tokens (SFT: minus the cross-entropy)
@@ -153,7 +155,8 @@ class PolicyTrainer {
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
   // AdamW's tensors with the state streamed chunk by chunk through the staging slots.
-  void streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working, OptimizerKind optimizer);
+  // Returns the bytes read plus written back.
+  size_t streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working, OptimizerKind optimizer);
   double sum_over_ranks(double value);
 
   ModelConfig config_;

@@ -5,6 +5,8 @@
 // model into many chunks and its tensors across chunks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "policy_trainer_support.h"
 #include "train/muon.h"
 #include "train/optimizer_state_chunks.h"
@@ -47,6 +49,25 @@ TEST(OptimizerStateChunks, CoverEveryAdamWValueOnceWithinTheSlot) {
   EXPECT_THROW(plan_state_chunks(layout, OptimizerKind::AdamW, 1), std::invalid_argument);
 }
 
+TEST(OptimizerStateChunks, MuonChunksHoldRunsOfWholeMatricesOfOneGroup) {
+  const std::vector<MuonGroup> groups = muon_groups(ParameterLayout(testing::trainer_config()));
+  size_t largest = 0;
+  for (const MuonGroup& group : groups) largest = std::max(largest, static_cast<size_t>(group.m * group.n));
+  const size_t slot = 2 * largest + 1;
+  std::vector<size_t> next(groups.size(), 0);  // each group's matrices in order, each once
+  for (const MuonChunk& chunk : plan_muon_chunks(groups, slot)) {
+    const size_t elements = static_cast<size_t>(groups[chunk.group].m * groups[chunk.group].n);
+    ASSERT_EQ(chunk.first, next[chunk.group]);
+    ASSERT_GT(chunk.last, chunk.first);
+    ASSERT_LE(chunk.elements, slot);
+    ASSERT_EQ(chunk.elements, (chunk.last - chunk.first) * elements);
+    for (size_t j = 0; j < chunk.momentum.size(); ++j) ASSERT_EQ(chunk.momentum[j], static_cast<int64_t>(j * elements));
+    next[chunk.group] = chunk.last;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) EXPECT_EQ(next[g], groups[g].matrices.size());
+  EXPECT_THROW(plan_muon_chunks(groups, largest - 1), std::invalid_argument);
+}
+
 void expect_streamed_equals_in_place(OptimizerKind optimizer) {
   const ModelConfig config = testing::trainer_config();
   const std::vector<float> weights = testing::trainer_weights(ParameterLayout(config), 11);
@@ -57,9 +78,17 @@ void expect_streamed_equals_in_place(OptimizerKind optimizer) {
   const ActivationCapacity capacity{tokens, 8};
   testing::CpuTrainer in_place(config, capacity, weights, 0, optimizer);
   // 101 values: an odd size, so pieces of a tensor end mid-slot and the next one follows.
-  constexpr size_t kSlot = 101;
-  EXPECT_GT(plan_state_chunks(ParameterLayout(config), optimizer, kSlot).size(), 8u);
-  testing::CpuTrainer streamed(config, capacity, weights, kSlot, optimizer);
+  // Under Muon a slot holds whole matrices: the largest one and 101 values more, so the
+  // groups are cut into several chunks.
+  const ParameterLayout layout(config);
+  const std::vector<MuonGroup> groups = muon_groups(layout);
+  size_t slot = 101;
+  if (optimizer == OptimizerKind::Muon) {
+    for (const MuonGroup& group : groups) slot = std::max(slot, static_cast<size_t>(101 + group.m * group.n));
+    EXPECT_GT(plan_muon_chunks(groups, slot).size(), groups.size() + 2);
+  }
+  EXPECT_GT(plan_state_chunks(layout, optimizer, slot).size(), 2u);
+  testing::CpuTrainer streamed(config, capacity, weights, slot, optimizer);
   PolicyTrainerSettings settings = testing::trainer_settings(0);
   settings.optimizer.kind = optimizer;
   const PolicyLossSettings loss = testing::grpo_loss(LossAggregation::TokenMean);

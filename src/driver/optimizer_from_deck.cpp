@@ -1,6 +1,9 @@
 #include "driver/optimizer_from_deck.h"
 
+#include <algorithm>
+
 #include "deck/deck_error.h"
+#include "train/muon.h"
 #include "world/world.h"
 
 namespace tandem {
@@ -25,16 +28,20 @@ OptimizerSettings optimizer_settings_from_deck(const Deck& deck) {
 
 namespace tandem {
 
+size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const ParameterLayout& layout) {
+  size_t bytes = settings.chunk_bytes;
+  if (settings.kind == OptimizerKind::Muon)
+    for (const MuonGroup& group : muon_groups(layout))
+      bytes = std::max(bytes, static_cast<size_t>(group.m * group.n) * sizeof(float));
+  return bytes;
+}
+
 OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
                                                     const std::filesystem::path& run_folder, Device device, int rank,
                                                     MPI_Comm comm) {
   const OptimizerSettings settings = optimizer_settings_from_deck(deck);
   OptimizerStateStore store;
   if (settings.state == OptimizerStateLocation::Device) return store;
-  if (device != Device::CPU && settings.kind == OptimizerKind::Muon)
-    throw DeckError(deck.source("optimizer.state"), "optimizer.state",
-                    "Muon with the state on host or disk runs on the CPU backend only so far (streaming Muon's "
-                    "momentum through the GPU is not written yet); use optimizer.state = device");
   // AdamW's two moments (Muon's momentum is held in the first).
   const size_t bytes = 2 * layout.slab_bytes(DType::F32);
   if (settings.state == OptimizerStateLocation::Host) {

@@ -26,7 +26,10 @@ struct OptimizerStateStore {
 };
 // Collective: a rank that cannot create, size or map its state file makes every rank
 // throw a DeckError (exit code 2) at optimizer.state-path with each failing rank's path
-// and bytes. Muon with host or disk state on CUDA is refused (DeckError) for now.
+// and bytes.
+// Each of the two device staging slots of a state off the device: optimizer.chunk-bytes,
+// or under Muon at least its largest matrix (its chunks hold whole matrices).
+size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const ParameterLayout& layout);
 OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
                                                     const std::filesystem::path& run_folder, Device device, int rank,
                                                     MPI_Comm comm);

@@ -145,7 +145,7 @@ int run_job(const Deck& deck, MPI_Comm comm) {
       optimizer_state_store_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
   OptimizerStateFile* const state_file = state_store.file.get();
   ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
-                         state_store.data(), deck.get<Bytes>("optimizer.chunk-bytes").value);
+                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout));
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
   TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);

@@ -32,4 +32,23 @@ std::vector<StateChunk> plan_state_chunks(const ParameterLayout& layout, Optimiz
   return chunks;
 }
 
+std::vector<MuonChunk> plan_muon_chunks(const std::vector<MuonGroup>& groups, size_t slot_elements) {
+  std::vector<MuonChunk> chunks;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t elements = static_cast<size_t>(groups[g].m * groups[g].n);
+    if (elements > slot_elements)
+      throw std::invalid_argument("optimizer state chunks of " + std::to_string(slot_elements) +
+                                  " values cannot hold a Muon matrix of " + std::to_string(elements));
+    for (size_t j = 0; j < groups[g].matrices.size(); ++j) {
+      if (chunks.empty() || chunks.back().group != g || chunks.back().elements + elements > slot_elements)
+        chunks.push_back(MuonChunk{g, j, j, {}, 0});
+      MuonChunk& chunk = chunks.back();
+      chunk.momentum.push_back(static_cast<int64_t>(chunk.elements));
+      chunk.elements += elements;
+      chunk.last = j + 1;
+    }
+  }
+  return chunks;
+}
+
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/parameters.h"
+#include "train/muon.h"
 #include "train/optimizer_settings.h"
 
 namespace tandem {
@@ -30,5 +31,17 @@ struct StateChunk {
 // The AdamW tensors in layout order (under Muon, those Muon does not take), in chunks of
 // at most slot_elements (>= 2) values. Throws std::invalid_argument for a smaller slot.
 std::vector<StateChunk> plan_state_chunks(const ParameterLayout& layout, OptimizerKind optimizer, size_t slot_elements);
+
+// Muon's momentum (one FP32 value per element) in chunks of whole matrices, group by
+// group, so the Newton-Schulz products still batch a whole group: a chunk is the run
+// [first, last) of one group's matrices, packed from the slot's start. Throws
+// std::invalid_argument when a matrix does not fit in a slot.
+struct MuonChunk {
+  size_t group = 0;  // in the groups given
+  size_t first = 0, last = 0;
+  std::vector<int64_t> momentum;  // where each matrix's momentum sits in the slot, elements
+  size_t elements = 0;
+};
+std::vector<MuonChunk> plan_muon_chunks(const std::vector<MuonGroup>& groups, size_t slot_elements);
 
 }  // namespace tandem

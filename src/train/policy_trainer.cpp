@@ -289,11 +289,9 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   adamw.lr = lr;
   const bool bf16_working = memory_.working.dtype == DType::BF16;
   uint16_t* working = bf16_working ? memory_.working.ptr<uint16_t>() : nullptr;
+  const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
   if (memory_.state_staging) {
-    if (muon && memory_.master.device != Device::CPU)
-      throw std::invalid_argument("PolicyTrainer: Muon with the optimizer state streamed from host or disk runs on "
-                                  "the CPU backend only so far (optimizer.state = device on CUDA)");
-    result.state_bytes_streamed = streamed_adamw(adamw, step, working, optimizer.kind);
+    result.state_bytes_streamed = streamed_step(adamw, muon_settings, step, working, optimizer.kind);
   } else {
     for (const ParameterInfo& info : layout_.tensors()) {
       if (muon && takes_muon(info)) continue;
@@ -303,12 +301,13 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
                            static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
                            working ? working + offset : nullptr);
     }
-  }
-  if (muon) {
-    const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
-    for (const MuonGroup& group : muon_groups_)
-      backend_->muon_step(group, memory_.master.ptr<float>(), grads.ptr<float>(), memory_.exp_avg.ptr<float>(), working,
-                          muon_scalars(muon_settings, group.m, group.n), memory_.activations);
+    if (muon)
+      for (const MuonGroup& group : muon_groups_) {
+        backend_->muon_momentum(group, 0, group.matrices.size(), grads.ptr<float>(), memory_.exp_avg.ptr<float>(), {},
+                                static_cast<float>(optimizer.momentum), memory_.activations);
+        backend_->muon_orthogonalize(group, memory_.master.ptr<float>(), working,
+                                     muon_scalars(muon_settings, group.m, group.n), memory_.activations);
+      }
   }
   // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
   if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
@@ -317,20 +316,23 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   return result;
 }
 
-size_t PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working,
-                                   OptimizerKind optimizer) {
+size_t PolicyTrainer::streamed_step(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step,
+                                    uint16_t* working, OptimizerKind optimizer) {
   if (state_chunks_.empty() || state_chunks_optimizer_ != optimizer) {
     state_chunks_ = plan_state_chunks(layout_, optimizer, memory_.state_slot_elements);
+    muon_chunks_ = optimizer == OptimizerKind::Muon ? plan_muon_chunks(muon_groups_, memory_.state_slot_elements)
+                                                    : std::vector<MuonChunk>();
     state_chunks_optimizer_ = optimizer;
   }
   std::vector<StateTransfer> copies;
-  size_t values = 0;
-  for (size_t c = 0; c < state_chunks_.size(); ++c) {
-    const int slot = static_cast<int>(c % 2);
-    float* staging = memory_.state_staging + slot * memory_.state_slot_elements;
+  size_t values = 0, chunk = 0;
+  auto slot_of = [&](size_t c) { return memory_.state_staging + (c % 2) * memory_.state_slot_elements; };
+  for (const StateChunk& planned : state_chunks_) {
+    const int slot = static_cast<int>(chunk % 2);
+    float* staging = slot_of(chunk++);
     copies.clear();
     for (const Tensor* moment : {&memory_.exp_avg, &memory_.exp_avg_sq})
-      for (const AdamWPiece& piece : state_chunks_[c].pieces) {
+      for (const AdamWPiece& piece : planned.pieces) {
         const StateTransfer copy{moment->ptr<float>() + piece.offset,
                                  moment == &memory_.exp_avg ? piece.exp_avg : piece.exp_avg_sq, piece.count};
         StateTransfer* last = copies.empty() ? nullptr : &copies.back();
@@ -340,7 +342,7 @@ size_t PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, u
           copies.push_back(copy);
       }
     backend_->load_state(slot, staging, copies);
-    for (const AdamWPiece& piece : state_chunks_[c].pieces) {
+    for (const AdamWPiece& piece : planned.pieces) {
       const ParameterInfo& info = layout_.tensors()[piece.tensor];
       backend_->adamw_step(memory_.master.ptr<float>() + piece.offset, memory_.grads.ptr<float>() + piece.offset,
                            staging + piece.exp_avg, staging + piece.exp_avg_sq, piece.count,
@@ -348,7 +350,27 @@ size_t PolicyTrainer::streamed_adamw(const AdamWSettings& adamw, int64_t step, u
                            working ? working + piece.offset : nullptr);
     }
     backend_->write_back_state(slot, staging, copies);
-    values += 2 * state_chunks_[c].elements;
+    values += 2 * planned.elements;
+  }
+  for (size_t m = 0; m < muon_chunks_.size(); ++m) {
+    const MuonChunk& planned = muon_chunks_[m];
+    const MuonGroup& group = muon_groups_[planned.group];
+    const size_t elements = static_cast<size_t>(group.m * group.n);
+    const int slot = static_cast<int>(chunk % 2);
+    float* staging = slot_of(chunk++);
+    copies.clear();
+    for (size_t j = planned.first; j < planned.last; ++j)
+      copies.push_back({memory_.exp_avg.ptr<float>() + group.matrices[j].offset,
+                        static_cast<size_t>(planned.momentum[j - planned.first]), elements});
+    backend_->load_state(slot, staging, copies);
+    backend_->muon_momentum(group, planned.first, planned.last, memory_.grads.ptr<float>(), staging, planned.momentum,
+                            static_cast<float>(muon.momentum), memory_.activations);
+    backend_->write_back_state(slot, staging, copies);
+    values += planned.elements;
+    // The group's last chunk: every momentum is in, the products batch the whole group.
+    if (m + 1 == muon_chunks_.size() || muon_chunks_[m + 1].group != planned.group)
+      backend_->muon_orthogonalize(group, memory_.master.ptr<float>(), working, muon_scalars(muon, group.m, group.n),
+                                   memory_.activations);
   }
   backend_->finish_state();
   return 2 * values * sizeof(float);

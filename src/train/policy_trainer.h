@@ -155,8 +155,10 @@ class PolicyTrainer {
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
   // AdamW's tensors with the state streamed chunk by chunk through the staging slots.
-  // Returns the bytes read plus written back.
-  size_t streamed_adamw(const AdamWSettings& adamw, int64_t step, uint16_t* working, OptimizerKind optimizer);
+  // The optimizer step with the state streamed chunk by chunk through the staging slots:
+  // AdamW's tensors, then Muon's groups. Returns the bytes read plus written back.
+  size_t streamed_step(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step, uint16_t* working,
+                       OptimizerKind optimizer);
   double sum_over_ranks(double value);
 
   ModelConfig config_;
@@ -165,6 +167,7 @@ class PolicyTrainer {
   PolicyTrainerMemory memory_;
   // With the state streamed: the chunks of the optimizer last planned for (its AdamW tensors).
   std::vector<StateChunk> state_chunks_;
+  std::vector<MuonChunk> muon_chunks_;
   OptimizerKind state_chunks_optimizer_ = OptimizerKind::AdamW;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;

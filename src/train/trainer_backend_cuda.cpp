@@ -89,13 +89,19 @@ class CudaTrainerBackend final : public TrainerBackend {
     cuda::adamw_step(params, grads, exp_avg, exp_avg_sq, count, scalars, working, ops_.stream());
   }
 
-  void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
-                 const MuonStepScalars& scalars, void* scratch) override {
+  void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
+                     std::span<const int64_t> momentum_offsets, float beta, void* scratch) override {
+    cuda::muon_momentum(group, first, last, grads, momentum, momentum_offsets.empty() ? nullptr : momentum_offsets.data(),
+                        beta, scratch, ops_.stream());
+  }
+
+  void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working, const MuonStepScalars& scalars,
+                          void* scratch) override {
     if (!cublas_) {  // only a Muon trainer needs cuBLAS's own handle
       if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("CUDA trainer backend: cublasCreate failed");
       cublasSetStream(cublas_, ops_.stream());
     }
-    cuda::muon_step(group, params, grads, momentum, working, scalars, scratch, cublas_, ops_.stream());
+    cuda::muon_orthogonalize(group, params, working, scalars, scratch, cublas_, ops_.stream());
   }
 
   void load_state(int slot, float* staging, std::span<const StateTransfer> copies) override {

@@ -214,48 +214,63 @@ TEST(GpuPolicyTrainer, MicroBatchedEqualsTheWholeBatch) {
             tolerance.update);
 }
 
-// The moments streamed chunk by chunk from pinned host memory (state = host) and from a
-// mapped state file through the pinned bounce buffers (state = disk), slots of 5000
-// values: the same AdamW kernel on the same values in the same order as with the moments
-// on the device, so three steps agree bit for bit (weights, working copy, moments).
-TEST(GpuPolicyTrainer, StreamedOptimizerStateEqualsTheDeviceStateBitForBit) {
-  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+// The state streamed chunk by chunk from pinned host memory (state = host) and from a
+// mapped state file through the pinned bounce buffers (state = disk), in slots of 5000
+// values (under Muon: its largest matrix and 777 values, so groups span several chunks):
+// the same kernels on the same values in the same order as with the state on the device,
+// so three steps agree bit for bit (weights, working copy, state), AdamW and Muon.
+void expect_streamed_equals_device_state(OptimizerKind optimizer) {
   const ModelConfig config = gpu_config();
   const ParameterLayout layout(config);
   const std::vector<float> weights = tandem::testing::trainer_weights(layout, 47);
-  constexpr size_t kSlot = 5000;
-  ASSERT_GT(plan_state_chunks(layout, OptimizerKind::AdamW, kSlot).size(), 4u);
+  size_t slot = 5000;
+  if (optimizer == OptimizerKind::Muon) {
+    for (const MuonGroup& group : muon_groups(layout)) slot = std::max(slot, static_cast<size_t>(777 + group.m * group.n));
+    ASSERT_GT(plan_muon_chunks(muon_groups(layout), slot).size(), muon_groups(layout).size());
+  }
+  ASSERT_GT(plan_state_chunks(layout, optimizer, slot).size(), 2u);
   const size_t state_bytes = 2 * layout.slab_bytes(DType::F32);
   PinnedMemory pinned(state_bytes, Device::CUDA);
   tandem::testing::TempDir dir;
   OptimizerStateFile file(dir.path() / "state", state_bytes);
-  GpuTrainer device(config, whole_capacity(), weights, DType::BF16);
-  GpuTrainer host(config, whole_capacity(), weights, DType::BF16, OptimizerKind::AdamW,
-                  static_cast<float*>(pinned.data()), kSlot);
-  GpuTrainer disk(config, whole_capacity(), weights, DType::BF16, OptimizerKind::AdamW,
-                  static_cast<float*>(file.data()), kSlot);
+  GpuTrainer device(config, whole_capacity(), weights, DType::BF16, optimizer);
+  GpuTrainer host(config, whole_capacity(), weights, DType::BF16, optimizer, static_cast<float*>(pinned.data()), slot);
+  GpuTrainer disk(config, whole_capacity(), weights, DType::BF16, optimizer, static_cast<float*>(file.data()), slot);
   const PolicyLossSettings loss = tandem::testing::grpo_loss(LossAggregation::TokenMean);
+  PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
+  settings.optimizer.kind = optimizer;
   for (int step = 1; step <= 3; ++step) {
     const auto& sequences = batch(step == 3 ? 1 : step);
-    const TrainStepResult want = device.trainer.grpo_step(sequences, loss, 1e-2, step, tandem::testing::trainer_settings(0));
+    const TrainStepResult want = device.trainer.grpo_step(sequences, loss, 1e-2, step, settings);
     for (GpuTrainer* streamed : {&host, &disk}) {
-      const TrainStepResult got =
-          streamed->trainer.grpo_step(sequences, loss, 1e-2, step, tandem::testing::trainer_settings(0));
+      const TrainStepResult got = streamed->trainer.grpo_step(sequences, loss, 1e-2, step, settings);
       EXPECT_EQ(got.loss, want.loss) << "step " << step;
       EXPECT_EQ(got.grad_norm, want.grad_norm) << "step " << step;
+      EXPECT_GT(got.state_bytes_streamed, 0u);
     }
   }
   const std::vector<float> master = device.host(device.master, DType::F32);
   const std::vector<float> working = device.host(device.working, DType::BF16);
-  std::vector<float> moments = device.host(device.exp_avg, DType::F32);
+  std::vector<float> state = device.host(device.exp_avg, DType::F32);
   const std::vector<float> second = device.host(device.exp_avg_sq, DType::F32);
-  moments.insert(moments.end(), second.begin(), second.end());
+  state.insert(state.end(), second.begin(), second.end());
   EXPECT_NE(master, weights);
-  for (const auto& [name, streamed, state] : {std::tuple{"host", &host, static_cast<const float*>(pinned.data())},
-                                              std::tuple{"disk", &disk, static_cast<const float*>(file.data())}}) {
+  for (const auto& [name, streamed, values] : {std::tuple{"host", &host, static_cast<const float*>(pinned.data())},
+                                               std::tuple{"disk", &disk, static_cast<const float*>(file.data())}}) {
     SCOPED_TRACE(name);
     EXPECT_EQ(streamed->host(streamed->master, DType::F32), master);
     EXPECT_EQ(streamed->host(streamed->working, DType::BF16), working);
-    EXPECT_EQ(std::vector<float>(state, state + moments.size()), moments);
+    // Muon's matrices leave their part of exp_avg_sq untouched (zero) in both.
+    EXPECT_EQ(std::vector<float>(values, values + state.size()), state);
   }
+}
+
+TEST(GpuPolicyTrainer, StreamedAdamWStateEqualsTheDeviceStateBitForBit) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  expect_streamed_equals_device_state(OptimizerKind::AdamW);
+}
+
+TEST(GpuPolicyTrainer, StreamedMuonStateEqualsTheDeviceStateBitForBit) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  expect_streamed_equals_device_state(OptimizerKind::Muon);
 }

@@ -28,13 +28,13 @@
 #include "model/transformer.h"
 #include "train/muon.h"
 #include "train/optimizer_settings.h"
-#include "train/optimizer_state_chunks.h"
 #include "train/policy_loss.h"
 #include "world/communicator.h"
 
 namespace tandem {
 
 class TrainerBackend;
+class OptimizerStep;
 
 struct TrainSequence {
   std::vector<int32_t> prompt;
@@ -155,26 +155,18 @@ class PolicyTrainer {
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
   // AdamW's tensors with the state streamed chunk by chunk through the staging slots.
-  // The optimizer step with the state streamed chunk by chunk through the staging slots:
-  // AdamW's tensors, then Muon's groups. Returns the bytes read plus written back.
-  size_t streamed_step(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step, uint16_t* working,
-                       OptimizerKind optimizer);
   double sum_over_ranks(double value);
 
   ModelConfig config_;
   const ParameterLayout& layout_;
-  std::vector<MuonGroup> muon_groups_;
   PolicyTrainerMemory memory_;
-  // With the state streamed: the chunks of the optimizer last planned for (its AdamW tensors).
-  std::vector<StateChunk> state_chunks_;
-  std::vector<MuonChunk> muon_chunks_;
-  OptimizerKind state_chunks_optimizer_ = OptimizerKind::AdamW;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
   std::unique_ptr<TrainerBackend> backend_;
   Activations acts_;
   TokenBuffers tokens_;
   Transformer transformer_;
+  std::unique_ptr<OptimizerStep> optimizer_;
   Communicator& communicator_;
   int world_size_;
 };

@@ -50,11 +50,11 @@ __device__ float nesterov(float g, float buf, float momentum) {
 }
 
 // grid (kNormBlocks, count): momentum update, and per block the sum of squares of u.
-__global__ void momentum_kernel(const int64_t* table, const float* __restrict__ grads, float* __restrict__ momentum,
-                                size_t elements, float beta, double* partials) {
-  const int64_t offset = entry_offset(table[blockIdx.y]);
-  const float* g = grads + offset;
-  float* buf = momentum + offset;
+// momentum_table: where each matrix's momentum starts in `momentum`.
+__global__ void momentum_kernel(const int64_t* table, const int64_t* momentum_table, const float* __restrict__ grads,
+                                float* __restrict__ momentum, size_t elements, float beta, double* partials) {
+  const float* g = grads + entry_offset(table[blockIdx.y]);
+  float* buf = momentum + momentum_table[blockIdx.y];
   double sum = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < elements;
        i += static_cast<size_t>(kNormBlocks) * kThreads) {
@@ -68,8 +68,9 @@ __global__ void momentum_kernel(const int64_t* table, const float* __restrict__ 
 }
 
 // grid (blocks, count): x = bf16(u / (|u| + eps)) in the oriented layout.
-__global__ void pack_kernel(const int64_t* table, const float* __restrict__ grads, const float* __restrict__ momentum,
-                            const double* partials, int64_t m, int64_t n, float beta, __nv_bfloat16* x) {
+__global__ void pack_kernel(const int64_t* table, const int64_t* momentum_table, const float* __restrict__ grads,
+                            const float* __restrict__ momentum, const double* partials, int64_t m, int64_t n, float beta,
+                            __nv_bfloat16* x) {
   __shared__ float inverse;
   if (threadIdx.x == 0) {
     double sum = 0;
@@ -79,7 +80,7 @@ __global__ void pack_kernel(const int64_t* table, const float* __restrict__ grad
   __syncthreads();
   const int64_t entry = table[blockIdx.y];
   const float* g = grads + entry_offset(entry);
-  const float* buf = momentum + entry_offset(entry);
+  const float* buf = momentum + momentum_table[blockIdx.y];
   const size_t elements = static_cast<size_t>(m * n);
   __nv_bfloat16* out = x + blockIdx.y * elements;
   for (size_t i = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < elements;
@@ -125,35 +126,63 @@ void batched_gemm(cublasHandle_t cublas, cublasOperation_t op_a, cublasOperation
         "cublasGemmStridedBatchedEx");
 }
 
+struct WorkspaceParts {
+  int64_t *table, *momentum_table;
+  double* partials;
+  __nv_bfloat16 *x, *x_next, *a, *b;
+};
+
+WorkspaceParts parts_of(const MuonGroup& group, void* workspace) {
+  const MuonWorkspace layout = MuonWorkspace::for_group(group);
+  auto* base = static_cast<char*>(workspace);
+  return {reinterpret_cast<int64_t*>(base + layout.table), reinterpret_cast<int64_t*>(base + layout.momentum_table),
+          reinterpret_cast<double*>(base + layout.partials), reinterpret_cast<__nv_bfloat16*>(base + layout.x),
+          reinterpret_cast<__nv_bfloat16*>(base + layout.x_next), reinterpret_cast<__nv_bfloat16*>(base + layout.a),
+          reinterpret_cast<__nv_bfloat16*>(base + layout.b)};
+}
+
+unsigned element_blocks(const MuonGroup& group) {
+  const size_t elements = static_cast<size_t>(group.m * group.n);
+  return static_cast<unsigned>(std::min<size_t>((elements + kThreads - 1) / kThreads, 64));
+}
+
 }  // namespace
 
-void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
-               const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream) {
+void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
+                   const int64_t* momentum_offsets, float beta, void* workspace, cudaStream_t stream) {
+  if (first >= last) return;
+  const int count = static_cast<int>(last - first);
+  const int64_t m = group.m, n = group.n;
+  const WorkspaceParts w = parts_of(group, workspace);
+  // Pageable sources: cudaMemcpyAsync has read them by the time it returns.
+  std::vector<int64_t> entries, momentum_entries;
+  for (size_t j = first; j < last; ++j) {
+    const MuonMatrix& matrix = group.matrices[j];
+    entries.push_back(matrix.offset * 2 + (matrix.transposed ? 1 : 0));
+    momentum_entries.push_back(momentum_offsets ? momentum_offsets[j - first] : matrix.offset);
+  }
+  check(cudaMemcpyAsync(w.table + first, entries.data(), entries.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
+                        stream),
+        "matrix table upload");
+  check(cudaMemcpyAsync(w.momentum_table + first, momentum_entries.data(), momentum_entries.size() * sizeof(int64_t),
+                        cudaMemcpyHostToDevice, stream),
+        "momentum table upload");
+  const size_t elements = static_cast<size_t>(m * n);
+  double* partials = w.partials + first * kNormBlocks;
+  momentum_kernel<<<dim3(kNormBlocks, count), kThreads, 0, stream>>>(w.table + first, w.momentum_table + first, grads,
+                                                                      momentum, elements, beta, partials);
+  pack_kernel<<<dim3(element_blocks(group), count), kThreads, 0, stream>>>(
+      w.table + first, w.momentum_table + first, grads, momentum, partials, m, n, beta, w.x + first * elements);
+  check(cudaGetLastError(), "momentum and pack kernels");
+}
+
+void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working, const MuonStepScalars& scalars,
+                        void* workspace, cublasHandle_t cublas, cudaStream_t stream) {
   const int count = static_cast<int>(group.matrices.size());
   if (count == 0) return;
   const int64_t m = group.m, n = group.n;
-  const MuonWorkspace layout = MuonWorkspace::for_group(group);
-  auto* base = static_cast<char*>(workspace);
-  auto* table = reinterpret_cast<int64_t*>(base + layout.table);
-  auto* partials = reinterpret_cast<double*>(base + layout.partials);
-  auto* x = reinterpret_cast<__nv_bfloat16*>(base + layout.x);
-  auto* x_next = reinterpret_cast<__nv_bfloat16*>(base + layout.x_next);
-  auto* a = reinterpret_cast<__nv_bfloat16*>(base + layout.a);
-  auto* b = reinterpret_cast<__nv_bfloat16*>(base + layout.b);
-
-  // Pageable source: cudaMemcpyAsync has read it by the time it returns.
-  std::vector<int64_t> entries;
-  for (const MuonMatrix& matrix : group.matrices) entries.push_back(matrix.offset * 2 + (matrix.transposed ? 1 : 0));
-  check(cudaMemcpyAsync(table, entries.data(), entries.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
-        "matrix table upload");
-
-  const size_t elements = static_cast<size_t>(m * n);
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((elements + kThreads - 1) / kThreads, 64));
-  momentum_kernel<<<dim3(kNormBlocks, count), kThreads, 0, stream>>>(table, grads, momentum, elements,
-                                                                      scalars.momentum, partials);
-  pack_kernel<<<dim3(blocks, count), kThreads, 0, stream>>>(table, grads, momentum, partials, m, n, scalars.momentum, x);
-  check(cudaGetLastError(), "momentum and pack kernels");
-
+  const WorkspaceParts w = parts_of(group, workspace);
+  __nv_bfloat16 *x = w.x, *x_next = w.x_next, *a = w.a, *b = w.b;
   // Row-major X [m, n] is column-major Y = Xᵀ [n, m] with leading dimension n.
   const size_t products = static_cast<size_t>(count) * static_cast<size_t>(m * m);
   const unsigned product_blocks = static_cast<unsigned>(std::min<size_t>((products + kThreads - 1) / kThreads, 4096));
@@ -170,9 +199,15 @@ void muon_step(const MuonGroup& group, float* params, const float* grads, float*
                  count);
     std::swap(x, x_next);
   }
-  apply_kernel<<<dim3(blocks, count), kThreads, 0, stream>>>(table, params, x, m, n, scalars,
-                                                             reinterpret_cast<__nv_bfloat16*>(working));
+  apply_kernel<<<dim3(element_blocks(group), count), kThreads, 0, stream>>>(w.table, params, x, m, n, scalars,
+                                                                            reinterpret_cast<__nv_bfloat16*>(working));
   check(cudaGetLastError(), "apply kernel");
+}
+
+void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
+               const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream) {
+  muon_momentum(group, 0, group.matrices.size(), grads, momentum, nullptr, scalars.momentum, workspace, stream);
+  muon_orthogonalize(group, params, working, scalars, workspace, cublas, stream);
 }
 
 }  // namespace tandem::cuda

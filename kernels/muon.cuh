@@ -24,4 +24,16 @@ namespace tandem::cuda {
 void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
                const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream);
 
+// muon_step in two halves, so the momentum can be streamed through the device in chunks
+// of whole matrices (optimizer.state = host | disk) while the Newton-Schulz products still
+// batch the whole group. muon_momentum: matrices [first, last) of the group, their
+// momentum at momentum + momentum_offsets[j - first] (null: at the group's slab offsets,
+// as in muon_step), updated and packed into the workspace as the normalised BF16 update.
+// muon_orthogonalize, once every matrix has been through muon_momentum: the iterations and
+// the update of params and working.
+void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
+                   const int64_t* momentum_offsets, float beta, void* workspace, cudaStream_t stream);
+void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working, const MuonStepScalars& scalars,
+                        void* workspace, cublasHandle_t cublas, cudaStream_t stream);
+
 }  // namespace tandem::cuda

@@ -10,11 +10,16 @@
 
 #include <cmath>
 #include <mpi.h>
+#include <tuple>
 
 #include "policy_trainer_support.h"
 #include "gpu_support.h"
+#include "support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
+#include "train/optimizer_state_chunks.h"
+#include "train/optimizer_state_file.h"
+#include "world/pinned_memory.h"
 
 using namespace tandem;
 using tandem::testing::DeviceBuffer;
@@ -27,10 +32,12 @@ namespace {
 ModelConfig gpu_config() { return tandem::testing::gpu_sized(tandem::testing::trainer_config()); }
 
 // The CUDA trainer with its own device slabs: FP32 master, gradients and moments, the
-// working copy and the KL reference in `dtype`, as the colocated memory holds them.
+// working copy and the KL reference in `dtype`, as the colocated memory holds them. With
+// host_state (two FP32 slabs in host memory: pinned, or a mapped state file) the moments
+// live there instead, streamed through two device slots of slot_elements values.
 struct GpuTrainer {
   GpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights, DType dtype,
-             OptimizerKind optimizer = OptimizerKind::AdamW)
+             OptimizerKind optimizer = OptimizerKind::AdamW, float* host_state = nullptr, size_t slot_elements = 0)
       : layout(config),
         elements(layout.slab_elements()),
         master(layout.slab_bytes(DType::F32)),
@@ -40,10 +47,14 @@ struct GpuTrainer {
         working(layout.slab_bytes(dtype)),
         reference(layout.slab_bytes(dtype)),
         activations(PolicyTrainer::activation_bytes(config, capacity, dtype, optimizer)),
+        staging(2 * slot_elements * sizeof(float)),
         communicator(make_nccl_communicator(MPI_COMM_SELF)),
         trainer(config, layout,
-                PolicyTrainerMemory{view(master, DType::F32), view(grads, DType::F32), view(exp_avg, DType::F32),
-                                    view(exp_avg_sq, DType::F32), view(working, dtype), activations.data},
+                PolicyTrainerMemory{view(master, DType::F32), view(grads, DType::F32),
+                                    host_state ? host_view(host_state, 0) : view(exp_avg, DType::F32),
+                                    host_state ? host_view(host_state, 1) : view(exp_avg_sq, DType::F32),
+                                    view(working, dtype), activations.data,
+                                    host_state ? static_cast<float*>(staging.data) : nullptr, slot_elements},
                 capacity, *communicator, 1) {
     copy_host_to_tensor(view(master, DType::F32), weights.data());
     convert_f32(view(working, dtype), view(master, DType::F32));
@@ -51,6 +62,9 @@ struct GpuTrainer {
     trainer.set_reference(view(reference, dtype));
   }
 
+  Tensor host_view(float* state, int moment) const {
+    return Tensor::view(state + moment * elements, DType::F32, Device::CPU, {elements});
+  }
   Tensor view(const DeviceBuffer& buffer, DType dtype) const {
     return Tensor::view(buffer.data, dtype, Device::CUDA, {elements});
   }
@@ -68,7 +82,7 @@ struct GpuTrainer {
 
   ParameterLayout layout;
   int64_t elements;
-  DeviceBuffer master, grads, exp_avg, exp_avg_sq, working, reference, activations;
+  DeviceBuffer master, grads, exp_avg, exp_avg_sq, working, reference, activations, staging;
   std::unique_ptr<Communicator> communicator;
   PolicyTrainer trainer;
 };
@@ -198,4 +212,65 @@ TEST(GpuPolicyTrainer, MicroBatchedEqualsTheWholeBatch) {
   expect_close(got, want, tolerance);
   EXPECT_LT(update_error(micro.host(micro.master, DType::F32), whole.host(whole.master, DType::F32), weights),
             tolerance.update);
+}
+
+// The state streamed chunk by chunk from pinned host memory (state = host) and from a
+// mapped state file through the pinned bounce buffers (state = disk), in slots of 5000
+// values (under Muon: its largest matrix and 777 values, so groups span several chunks):
+// the same kernels on the same values in the same order as with the state on the device,
+// so three steps agree bit for bit (weights, working copy, state), AdamW and Muon.
+void expect_streamed_equals_device_state(OptimizerKind optimizer) {
+  const ModelConfig config = gpu_config();
+  const ParameterLayout layout(config);
+  const std::vector<float> weights = tandem::testing::trainer_weights(layout, 47);
+  size_t slot = 5000;
+  if (optimizer == OptimizerKind::Muon) {
+    for (const MuonGroup& group : muon_groups(layout)) slot = std::max(slot, static_cast<size_t>(777 + group.m * group.n));
+    ASSERT_GT(plan_muon_chunks(muon_groups(layout), slot).size(), muon_groups(layout).size());
+  }
+  ASSERT_GT(plan_state_chunks(layout, optimizer, slot).size(), 2u);
+  const size_t state_bytes = 2 * layout.slab_bytes(DType::F32);
+  PinnedMemory pinned(state_bytes, Device::CUDA);
+  tandem::testing::TempDir dir;
+  OptimizerStateFile file(dir.path() / "state", state_bytes);
+  GpuTrainer device(config, whole_capacity(), weights, DType::BF16, optimizer);
+  GpuTrainer host(config, whole_capacity(), weights, DType::BF16, optimizer, static_cast<float*>(pinned.data()), slot);
+  GpuTrainer disk(config, whole_capacity(), weights, DType::BF16, optimizer, static_cast<float*>(file.data()), slot);
+  const PolicyLossSettings loss = tandem::testing::grpo_loss(LossAggregation::TokenMean);
+  PolicyTrainerSettings settings = tandem::testing::trainer_settings(0);
+  settings.optimizer.kind = optimizer;
+  for (int step = 1; step <= 3; ++step) {
+    const auto& sequences = batch(step == 3 ? 1 : step);
+    const TrainStepResult want = device.trainer.grpo_step(sequences, loss, 1e-2, step, settings);
+    for (GpuTrainer* streamed : {&host, &disk}) {
+      const TrainStepResult got = streamed->trainer.grpo_step(sequences, loss, 1e-2, step, settings);
+      EXPECT_EQ(got.loss, want.loss) << "step " << step;
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "step " << step;
+      EXPECT_GT(got.state_bytes_streamed, 0u);
+    }
+  }
+  const std::vector<float> master = device.host(device.master, DType::F32);
+  const std::vector<float> working = device.host(device.working, DType::BF16);
+  std::vector<float> state = device.host(device.exp_avg, DType::F32);
+  const std::vector<float> second = device.host(device.exp_avg_sq, DType::F32);
+  state.insert(state.end(), second.begin(), second.end());
+  EXPECT_NE(master, weights);
+  for (const auto& [name, streamed, values] : {std::tuple{"host", &host, static_cast<const float*>(pinned.data())},
+                                               std::tuple{"disk", &disk, static_cast<const float*>(file.data())}}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(streamed->host(streamed->master, DType::F32), master);
+    EXPECT_EQ(streamed->host(streamed->working, DType::BF16), working);
+    // Muon's matrices leave their part of exp_avg_sq untouched (zero) in both.
+    EXPECT_EQ(std::vector<float>(values, values + state.size()), state);
+  }
+}
+
+TEST(GpuPolicyTrainer, StreamedAdamWStateEqualsTheDeviceStateBitForBit) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  expect_streamed_equals_device_state(OptimizerKind::AdamW);
+}
+
+TEST(GpuPolicyTrainer, StreamedMuonStateEqualsTheDeviceStateBitForBit) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  expect_streamed_equals_device_state(OptimizerKind::Muon);
 }

@@ -26,25 +26,29 @@ inline Tensor flat(std::vector<float>& slab) {
 }
 
 // A CPU trainer with its own slabs in one rank, starting from `weights`, which are also the
-// KL reference.
+// KL reference. state_slot_elements > 0: the optimizer state is streamed through two
+// staging slots of that many values (optimizer.state = host | disk).
 struct CpuTrainer {
-  CpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights)
+  CpuTrainer(const ModelConfig& config, ActivationCapacity capacity, const std::vector<float>& weights,
+             size_t state_slot_elements = 0, OptimizerKind optimizer = OptimizerKind::AdamW)
       : layout(config),
         master(weights),
         reference(weights),
         grads(weights.size()),
         exp_avg(weights.size()),
         exp_avg_sq(weights.size()),
-        activations(PolicyTrainer::activation_bytes(config, capacity, DType::F32)),
+        staging(2 * state_slot_elements),
+        activations(PolicyTrainer::activation_bytes(config, capacity, DType::F32, optimizer)),
         trainer(config, layout,
                 PolicyTrainerMemory{flat(master), flat(grads), flat(exp_avg), flat(exp_avg_sq), flat(master),
-                                    activations.data.get()},
+                                    activations.data.get(), state_slot_elements ? staging.data() : nullptr,
+                                    state_slot_elements},
                 capacity, communicator, 1) {
     trainer.set_reference(flat(reference));
   }
 
   ParameterLayout layout;
-  std::vector<float> master, reference, grads, exp_avg, exp_avg_sq;
+  std::vector<float> master, reference, grads, exp_avg, exp_avg_sq, staging;
   AlignedBuffer activations;
   OneRank communicator;
   PolicyTrainer trainer;

@@ -1,6 +1,8 @@
 // The colocation handoff plans, run on the CPU pool with memory accounting alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "driver/handoff_plan.h"
 
 using namespace tandem;
@@ -130,4 +132,27 @@ TEST(HandoffPlan, NoTrainOffloadOnlyClearsTransientMemory) {
   executor.run(HandoffPoint::AfterGenerate);
   EXPECT_EQ(job.pool->stats().device_bytes, M + O + D + G + A);
   EXPECT_EQ(job.pool->stats().host_bytes, W);
+}
+
+// optimizer.state = host | disk: the optimizer tag holds only the staging the state
+// streams through, so offloading the trainer drops it (no bytes to the host) and
+// onloading maps it back empty; the memory plan's ledger replays the same operations.
+TEST(HandoffPlan, StateOffTheDeviceIsDroppedNotOffloaded) {
+  for (const PeakDevice mode : {PeakDevice::Cpu, PeakDevice::Gpu}) {
+    Colocated job;
+    HandoffConfig config = config_for(mode);
+    config.optimizer_off_device = true;
+    const std::vector<TagOperation> offload = handoff_operations(HandoffAction::OffloadTrain, config);
+    EXPECT_NE(std::find_if(offload.begin(), offload.end(),
+                           [](const TagOperation& op) { return op.tag == tags::optimizer && op.move == TagMove::Drop; }),
+              offload.end());
+    auto executor = job.executor(config);
+    executor.run(HandoffPoint::Startup);
+    const HandoffReport to_rollout = executor.run(HandoffPoint::BeforeSync);
+    // The trainer's offload copies its master weights only (and, in cpu mode, nothing of the engine's).
+    EXPECT_EQ(to_rollout.bytes_moved, M + (mode == PeakDevice::Cpu ? W : 0)) << static_cast<int>(mode);
+    EXPECT_EQ(job.pool->stats().host_bytes, M);
+    executor.run(HandoffPoint::AfterGenerate);
+    EXPECT_NE(std::find(job.rebuilt.begin(), job.rebuilt.end(), "trainer.adam"), job.rebuilt.end());
+  }
 }

@@ -3,12 +3,17 @@
 // AdamW: eager 41.9k tokens/s, torch.compile 81.4k).
 //
 //   bench_train [--layers 28] [--sequences 8] [--length 1024] [--steps 10] [--optimizer adamw|muon]
+//               [--state device|host|disk] [--state-path /tmp] [--chunk-bytes 67108864]
 //
 // One step: zero grads, forward, token log-prob loss (fused, in place), backward, AdamW
 // (or Muon for the layers' matrices and AdamW for the rest) on FP32 master weights
 // writing the BF16 working copy. Timed with CUDA events; the optimizer step alone is
-// timed apart on the last line.
+// timed apart (wall clock, the device idle before and after) on the last lines. With
+// --state host | disk the optimizer state lives in pinned host memory or in a mapped
+// state file under --state-path, and the trainer's OptimizerStep streams it through two
+// device slots of --chunk-bytes; a last line gives the streaming rate.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -33,6 +38,10 @@
 #include "random_weights.h"
 #include "tensor/memory_pool.h"
 #include "train/optimizer_settings.h"
+#include "train/optimizer_state_file.h"
+#include "train/optimizer_step.h"
+#include "train/trainer_backend.h"
+#include "world/pinned_memory.h"
 #include "world/table.h"
 
 using namespace tandem;
@@ -62,10 +71,28 @@ int main(int argc, char** argv) {
   Allocation* master = pool->allocate(tags::master_weights, layout.slab_bytes(DType::F32), "master");
   Allocation* working = pool->allocate(tags::derived, layout.slab_bytes(DType::BF16), "working");
   Allocation* grads_slab = pool->allocate(tags::grads, layout.slab_bytes(DType::F32), "grads");
-  Allocation* exp_avg = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg");
-  Allocation* exp_avg_sq = pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg_sq");
-  const ActivationCapacity capacity{T, sequences};
+  const std::string state = arg_text(argc, argv, "--state", "device");
+  const size_t chunk_bytes = static_cast<size_t>(std::atoll(arg_text(argc, argv, "--chunk-bytes", "67108864")));
+  const bool streamed = state != "device";
   const bool muon = optimizer == OptimizerKind::Muon;
+  // The state: two device slabs, or host memory / a state file and two device slots.
+  const size_t state_bytes = 2 * layout.slab_bytes(DType::F32);
+  std::unique_ptr<PinnedMemory> host_state;
+  std::unique_ptr<OptimizerStateFile> file_state;
+  if (state == "host") host_state = std::make_unique<PinnedMemory>(state_bytes, Device::CUDA);
+  if (state == "disk")
+    file_state = std::make_unique<OptimizerStateFile>(
+        std::string(arg_text(argc, argv, "--state-path", "/tmp")) + "/bench_train.optimizer-state", state_bytes);
+  OptimizerSettings settings;
+  settings.kind = optimizer;
+  settings.chunk_bytes = chunk_bytes;
+  size_t slot_bytes = chunk_bytes;
+  if (muon)
+    for (const MuonGroup& group : muon_groups(layout)) slot_bytes = std::max(slot_bytes, static_cast<size_t>(group.m * group.n) * 4);
+  Allocation* exp_avg = streamed ? nullptr : pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg");
+  Allocation* exp_avg_sq = streamed ? nullptr : pool->allocate(tags::optimizer, layout.slab_bytes(DType::F32), "exp_avg_sq");
+  Allocation* staging = streamed ? pool->allocate(tags::optimizer, 2 * slot_bytes, "staging") : nullptr;
+  const ActivationCapacity capacity{T, sequences};
   const std::vector<MuonGroup> muon_matrices = muon ? muon_groups(layout) : std::vector<MuonGroup>{};
   // As in the trainer, Muon's workspace is the activation slab once backward is done.
   Allocation* acts_slab = pool->allocate(
@@ -80,12 +107,33 @@ int main(int argc, char** argv) {
   }
   CudaOps ops;
   const AdamWSettings adamw{.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  settings.adamw = adamw;
   cublasHandle_t cublas = nullptr;
   if (muon) {
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) check(cudaErrorUnknown, "cublasCreate");
     cublasSetStream(cublas, ops.stream());
   }
+  // The streamed step runs on the trainer backend's own stream: the device is idle before
+  // and after it.
+  std::unique_ptr<TrainerBackend> backend = streamed ? make_cuda_trainer_backend() : nullptr;
+  std::unique_ptr<OptimizerStep> streamed_step;
+  if (streamed) {
+    float* store = static_cast<float*>(host_state ? host_state->data() : file_state->data());
+    auto flat = [&](void* data, DType dtype, Device device) { return Tensor::view(data, dtype, device, {P}); };
+    const PolicyTrainerMemory memory{flat(master->ptr, DType::F32, Device::CUDA), flat(grads_slab->ptr, DType::F32, Device::CUDA),
+                                     flat(store, DType::F32, Device::CPU),        flat(store + P, DType::F32, Device::CPU),
+                                     flat(working->ptr, DType::BF16, Device::CUDA), acts_slab->ptr,
+                                     static_cast<float*>(staging->ptr),           slot_bytes / 4};
+    streamed_step = std::make_unique<OptimizerStep>(layout, memory, *backend);
+  }
+  size_t streamed_bytes = 0;  // by the last streamed step
   auto optimizer_step = [&](int64_t step) {
+    if (streamed) {
+      ops.synchronize();
+      streamed_bytes = streamed_step->run(settings, adamw.lr, step);
+      backend->synchronize();
+      return;
+    }
     for (const ParameterInfo& info : layout.tensors()) {
       if (muon && takes_muon(info)) continue;
       const size_t offset = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel());
@@ -152,12 +200,12 @@ int main(int argc, char** argv) {
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
   // The optimizer step alone, on the last step's gradients.
-  cudaEventRecord(start, ops.stream());
+  ops.synchronize();
+  const auto optimizer_start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) optimizer_step(4 + steps + i);
-  cudaEventRecord(stop, ops.stream());
-  check(cudaEventSynchronize(stop), "timed optimizer steps");
-  float optimizer_ms = 0;
-  cudaEventElapsedTime(&optimizer_ms, start, stop);
+  ops.synchronize();
+  const float optimizer_ms = static_cast<float>(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - optimizer_start).count());
   const double seconds_per_step = ms / 1e3 / steps;
   const double tokens_per_s = static_cast<double>(T) / seconds_per_step;
   const double n_params = static_cast<double>(layout.parameter_count());
@@ -177,6 +225,10 @@ int main(int argc, char** argv) {
               format_bytes(static_cast<double>(total_bytes)).c_str());
   std::printf("  optimizer step %.2f ms (%.1f%% of the step) | %s\n", optimizer_ms / steps,
               100.0 * optimizer_ms / steps / (seconds_per_step * 1e3), optimizer_kind_name(optimizer));
+  if (streamed)
+    std::printf("  state on %s: 2 slots of %s | %s read + written per step at %.2f GB/s\n", state.c_str(),
+                format_bytes(static_cast<double>(slot_bytes)).c_str(), format_bytes(static_cast<double>(streamed_bytes)).c_str(),
+                streamed_bytes / (optimizer_ms / steps * 1e-3) / 1e9);
   if (cublas) cublasDestroy(cublas);
   return 0;
 }

@@ -93,7 +93,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"optimizer.eps", Double, "1e-8", "", "AdamW's epsilon", above(0)},
       {"optimizer.weight-decay", Double, "0", "", "decoupled weight decay of the 2-D matrices (AdamW's and Muon's)", at_least(0)},
       {"optimizer.momentum", Double, "0.95", "", "Muon's Nesterov momentum", between(0, 1)},
-      {"optimizer.state", Choice, "device", "", "where the optimizer state lives: device = beside the master weights (offloaded with them); disk = a file-backed shared mapping, one file per rank under state-path, whose pages the kernel writes back and reclaims (CPU backend only so far)", {}, {"device", "disk"}},
+      {"optimizer.state", Choice, "device", "", "where the optimizer state lives: device = beside the master weights (offloaded with them); host = host memory (pinned on CUDA); disk = a file-backed shared mapping, one file per rank under state-path, whose pages the kernel writes back and reclaims. With host or disk each step streams the state through the device in chunks of chunk-bytes", {}, {"device", "host", "disk"}},
+      {"optimizer.chunk-bytes", Bytes, "64MiB", "bytes", "state = host | disk: the size of each of the two device staging slots the state streams through (at least 1 KiB; under Muon at least its largest matrix)", at_least(1024)},
       {"optimizer.state-path", String, "", "", "folder of the per-rank state files of state = disk, a local disk; empty = the run folder"},
   };
   return options;

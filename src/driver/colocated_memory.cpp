@@ -9,13 +9,16 @@
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 TransportKind transport, float* optimizer_state)
+                                 TransportKind transport, float* optimizer_state, size_t state_slot_bytes)
     : pool_(pool), layout_(layout), working_dtype_(working_dtype), optimizer_state_(optimizer_state) {
   const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
-  if (!optimizer_state) {  // state on disk is not the pool's: no handoff moves it
+  if (!optimizer_state) {
     exp_avg_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg");
     exp_avg_sq_ = pool.allocate(tags::optimizer, layout.slab_bytes(DType::F32), "trainer.adamw.exp_avg_sq");
+  } else {  // state on host or disk is not the pool's: no handoff moves it
+    state_slot_elements_ = state_slot_bytes / sizeof(float);
+    staging_ = pool.allocate(tags::optimizer, 2 * state_slot_elements_ * sizeof(float), "trainer.optimizer.staging");
   }
   grads_ = pool.allocate(tags::grads, layout.slab_bytes(DType::F32), "trainer.grads");
   working_ = pool.allocate(alias ? tags::weights : tags::derived, layout.slab_bytes(working_dtype),
@@ -28,7 +31,7 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
 
 ColocatedMemory::~ColocatedMemory() {
   transport_.reset();
-  for (Allocation* allocation : {master_, exp_avg_, exp_avg_sq_, grads_, working_})
+  for (Allocation* allocation : {master_, exp_avg_, exp_avg_sq_, grads_, working_, staging_})
     if (allocation) pool_.release(allocation);
 }
 

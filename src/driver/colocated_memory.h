@@ -18,10 +18,13 @@ namespace tandem {
 
 class ColocatedMemory {
  public:
-  // optimizer_state: when not null, 2 slabs of FP32 outside the pool (an optimizer state
-  // file) that hold exp_avg and exp_avg_sq instead of pool allocations.
+  // optimizer_state: when not null, 2 slabs of FP32 in host memory outside the pool
+  // (pinned memory or an optimizer state file) that hold exp_avg and exp_avg_sq instead
+  // of pool allocations; the trainer streams them through two staging slots of
+  // state_slot_bytes, the only state on the device (tag optimizer: transient, dropped
+  // rather than offloaded).
   ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport,
-                  float* optimizer_state = nullptr);
+                  float* optimizer_state = nullptr, size_t state_slot_bytes = 0);
   ~ColocatedMemory();
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;
@@ -45,6 +48,9 @@ class ColocatedMemory {
   Tensor exp_avg() const { return optimizer_state_ ? state_slab(0) : flat(exp_avg_, DType::F32); }
   Tensor exp_avg_sq() const { return optimizer_state_ ? state_slab(1) : flat(exp_avg_sq_, DType::F32); }
   Tensor working() const { return flat(working_, working_dtype_); }
+  // The staging slots of a state off the device (null otherwise), and each slot's values.
+  float* state_staging() const { return staging_ ? static_cast<float*>(staging_->ptr) : nullptr; }
+  size_t state_slot_elements() const { return state_slot_elements_; }
   Tensor engine_weights() const { return transport_->engine_weights(); }
   const ParameterLayout& layout() const { return layout_; }
 
@@ -60,6 +66,8 @@ class ColocatedMemory {
   Allocation* exp_avg_ = nullptr;
   Allocation* exp_avg_sq_ = nullptr;
   Allocation* working_ = nullptr;
+  Allocation* staging_ = nullptr;
+  size_t state_slot_elements_ = 0;
   std::unique_ptr<WeightTransport> transport_;
   float* optimizer_state_ = nullptr;
 };

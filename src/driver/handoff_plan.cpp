@@ -78,8 +78,12 @@ std::vector<TagOperation> handoff_operations(HandoffAction action, const Handoff
     case HandoffAction::OffloadTrain:
       if (!config.offload_train) return handoff_operations(HandoffAction::ClearTrainMemory, config);
       // Derived copies go first: dropping them before the copy keeps them off the host.
-      return {{M::Drop, tags::derived},          {M::Drop, tags::activations}, {M::Drop, tags::grads},
-              {M::Offload, tags::master_weights}, {M::Offload, tags::optimizer}, {M::Offload, tags::reference}};
+      return {{M::Drop, tags::derived},
+              {M::Drop, tags::activations},
+              {M::Drop, tags::grads},
+              {M::Offload, tags::master_weights},
+              {config.optimizer_off_device ? M::Drop : M::Offload, tags::optimizer},
+              {M::Offload, tags::reference}};
     case HandoffAction::OnloadTrain:
       // Also after a plain clear_memory (offload-train off): grads and activations come back.
       return {{M::Onload, tags::master_weights}, {M::Onload, tags::optimizer}, {M::Onload, tags::reference},

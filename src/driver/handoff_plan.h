@@ -31,7 +31,8 @@ enum class HandoffAction {
   OffloadWeights,    // engine: weight copy to pinned host (only if `weight` is in the level)
   OnloadWeights,     // engine: weight copy back (only if `weight` is in the level)
   OffloadTrain,      // trainer: master weights, optimizer and KL reference to host; grads,
-                     // activations and derived copies dropped (rebuilt, never copied)
+                     // activations and derived copies dropped (rebuilt, never copied), and
+                     // the optimizer's staging when its state lives on host or disk
   OnloadTrain,       // trainer: back on the device; derived copies rebuilt
   ClearTrainMemory,  // trainer: drop transient grads and activations, keep the state
   SyncWeights,       // trainer -> engine weight transfer
@@ -50,6 +51,10 @@ struct HandoffConfig {
   bool level_weight = true;
   PeakDevice peak_device = PeakDevice::Cpu;
   bool weights_shared = false;  // the alias transport: the engine reads the trainer's working copy
+  // optimizer.state = host | disk: the state lives off the device, and what the pool holds
+  // under the optimizer tag is the staging it streams through (transient): offload_train
+  // drops it instead of copying it.
+  bool optimizer_off_device = false;
 };
 
 // The plan for one point of the step, as written in the design; actions that the

@@ -1,6 +1,9 @@
 #include "driver/optimizer_from_deck.h"
 
+#include <algorithm>
+
 #include "deck/deck_error.h"
+#include "train/muon.h"
 #include "world/world.h"
 
 namespace tandem {
@@ -15,8 +18,9 @@ OptimizerSettings optimizer_settings_from_deck(const Deck& deck) {
                                  .eps = deck.get<double>("optimizer.eps"),
                                  .weight_decay = deck.get<double>("optimizer.weight-decay")};
   settings.momentum = deck.get<double>("optimizer.momentum");
-  settings.state_on_disk = deck.get<std::string>("optimizer.state") == "disk";
+  settings.state = optimizer_state_location_from_name(deck.get<std::string>("optimizer.state"));
   settings.state_path = deck.get<std::string>("optimizer.state-path");
+  settings.chunk_bytes = deck.get<Bytes>("optimizer.chunk-bytes").value;
   return settings;
 }
 
@@ -24,22 +28,32 @@ OptimizerSettings optimizer_settings_from_deck(const Deck& deck) {
 
 namespace tandem {
 
-std::unique_ptr<OptimizerStateFile> optimizer_state_file_from_deck(const Deck& deck, const ParameterLayout& layout,
-                                                                   const std::filesystem::path& run_folder,
-                                                                   Device device, int rank, MPI_Comm comm) {
+size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const ParameterLayout& layout) {
+  size_t bytes = settings.chunk_bytes;
+  if (settings.kind == OptimizerKind::Muon)
+    for (const MuonGroup& group : muon_groups(layout))
+      bytes = std::max(bytes, static_cast<size_t>(group.m * group.n) * sizeof(float));
+  return bytes;
+}
+
+OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
+                                                    const std::filesystem::path& run_folder, Device device, int rank,
+                                                    MPI_Comm comm) {
   const OptimizerSettings settings = optimizer_settings_from_deck(deck);
-  if (!settings.state_on_disk) return nullptr;
-  if (device != Device::CPU)
-    throw DeckError(deck.source("optimizer.state"), "optimizer.state",
-                    "state = disk runs on the CPU backend only so far (streaming it through the GPU is not written yet)");
+  OptimizerStateStore store;
+  if (settings.state == OptimizerStateLocation::Device) return store;
+  // AdamW's two moments (Muon's momentum is held in the first).
+  const size_t bytes = 2 * layout.slab_bytes(DType::F32);
+  if (settings.state == OptimizerStateLocation::Host) {
+    store.host = std::make_unique<PinnedMemory>(bytes, device);
+    return store;
+  }
   const std::filesystem::path folder = settings.state_path.empty() ? run_folder : settings.state_path;
   const std::filesystem::path path =
       folder / (deck.get<std::string>("run.name") + ".rank" + std::to_string(rank) + ".optimizer-state");
-  std::unique_ptr<OptimizerStateFile> file;
   std::string error;
   try {
-    // AdamW's two moments (Muon's momentum is held in the first).
-    file = std::make_unique<OptimizerStateFile>(path, 2 * layout.slab_bytes(DType::F32));
+    store.file = std::make_unique<OptimizerStateFile>(path, bytes);
   } catch (const std::runtime_error& failure) {
     error = failure.what();
   }
@@ -48,7 +62,7 @@ std::unique_ptr<OptimizerStateFile> optimizer_state_file_from_deck(const Deck& d
   } catch (const std::runtime_error& failure) {
     throw DeckError(deck.source("optimizer.state-path"), "optimizer.state-path", failure.what());
   }
-  return file;
+  return store;
 }
 
 }  // namespace tandem

@@ -10,13 +10,27 @@
 #include "model/parameters.h"
 #include "train/optimizer_settings.h"
 #include "train/optimizer_state_file.h"
+#include "world/pinned_memory.h"
 
 namespace tandem {
 OptimizerSettings optimizer_settings_from_deck(const Deck& deck);
-// Null unless optimizer.state = disk. Collective: a rank that cannot create, size or map
-// its file makes every rank throw a DeckError (exit code 2) at optimizer.state-path with
-// each failing rank's path and bytes.
-std::unique_ptr<OptimizerStateFile> optimizer_state_file_from_deck(const Deck& deck, const ParameterLayout& layout,
-                                                                   const std::filesystem::path& run_folder,
-                                                                   Device device, int rank, MPI_Comm comm);
+
+// The rank's optimizer state when it lives off the device: two FP32 slabs (exp_avg,
+// exp_avg_sq) in host memory or in the state file. Neither for state = device.
+struct OptimizerStateStore {
+  std::unique_ptr<PinnedMemory> host;       // state = host
+  std::unique_ptr<OptimizerStateFile> file;  // state = disk
+  float* data() const {
+    return static_cast<float*>(host ? host->data() : file ? file->data() : nullptr);
+  }
+};
+// Collective: a rank that cannot create, size or map its state file makes every rank
+// throw a DeckError (exit code 2) at optimizer.state-path with each failing rank's path
+// and bytes.
+// Each of the two device staging slots of a state off the device: optimizer.chunk-bytes,
+// or under Muon at least its largest matrix (its chunks hold whole matrices).
+size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const ParameterLayout& layout);
+OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
+                                                    const std::filesystem::path& run_folder, Device device, int rank,
+                                                    MPI_Comm comm);
 }

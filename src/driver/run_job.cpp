@@ -62,6 +62,7 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
   config.level_weight = std::find(level.begin(), level.end(), "weight") != level.end();
   config.peak_device = deck.get<std::string>("memory.colocate-memory-peak-device") == "gpu" ? PeakDevice::Gpu : PeakDevice::Cpu;
   config.weights_shared = transport_kind_from_name(deck.get<std::string>("sync.transport")) == TransportKind::Alias;
+  config.optimizer_off_device = deck.get<std::string>("optimizer.state") != "device";
   return config;
 }
 
@@ -175,10 +176,11 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
-  const std::unique_ptr<OptimizerStateFile> state_file =
-      optimizer_state_file_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
+  const OptimizerStateStore state_store =
+      optimizer_state_store_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
+  OptimizerStateFile* const state_file = state_store.file.get();
   ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
-                         state_file ? static_cast<float*>(state_file->data()) : nullptr);
+                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout));
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
   TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
@@ -395,6 +397,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
     metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
     if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
+    metrics.push_back({"time/optimizer_step", trained.optimizer_seconds});
+    if (trained.state_bytes_streamed)
+      metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
     if (root) {
       run_file->append_metrics(step, metrics);

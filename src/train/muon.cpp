@@ -74,20 +74,21 @@ void newton_schulz_cpu(float* x, int64_t m, int64_t n, std::vector<float>& scrat
   }
 }
 
-void muon_step_cpu(float* params, const float* grads, float* momentum, int64_t rows, int64_t cols,
-                   const MuonStepScalars& k, uint16_t* working, std::vector<float>& scratch) {
+void muon_momentum_cpu(const float* grads, float* momentum, int64_t rows, int64_t cols, float beta, float* oriented) {
   const bool transposed = rows > cols;
-  const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
-  const size_t count = static_cast<size_t>(rows * cols);
-  std::vector<float> oriented(count);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(r * cols + c);
-      const float buf = k.momentum * momentum[i] + (1.0f - k.momentum) * grads[i];
+      const float buf = beta * momentum[i] + (1.0f - beta) * grads[i];
       momentum[i] = buf;
-      oriented[transposed ? c * rows + r : i] = (1.0f - k.momentum) * grads[i] + k.momentum * buf;
+      oriented[transposed ? c * rows + r : i] = (1.0f - beta) * grads[i] + beta * buf;
     }
-  newton_schulz_cpu(oriented.data(), m, n, scratch);
+}
+
+void muon_apply_cpu(float* params, float* oriented, int64_t rows, int64_t cols, const MuonStepScalars& k,
+                    uint16_t* working, std::vector<float>& scratch) {
+  const bool transposed = rows > cols;
+  newton_schulz_cpu(oriented, std::min(rows, cols), std::max(rows, cols), scratch);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(r * cols + c);
@@ -95,6 +96,13 @@ void muon_step_cpu(float* params, const float* grads, float* momentum, int64_t r
       params[i] = p;
       if (working) working[i] = float_to_bf16(p);
     }
+}
+
+void muon_step_cpu(float* params, const float* grads, float* momentum, int64_t rows, int64_t cols,
+                   const MuonStepScalars& k, uint16_t* working, std::vector<float>& scratch) {
+  std::vector<float> oriented(static_cast<size_t>(rows * cols));
+  muon_momentum_cpu(grads, momentum, rows, cols, k.momentum, oriented.data());
+  muon_apply_cpu(params, oriented.data(), rows, cols, k, working, scratch);
 }
 
 namespace {
@@ -113,6 +121,7 @@ MuonWorkspace MuonWorkspace::for_group(const MuonGroup& group) {
     return at;
   };
   w.table = take(count * sizeof(int64_t));
+  w.momentum_table = take(count * sizeof(int64_t));
   w.partials = take(count * kNormBlocks * sizeof(double));
   w.x = take(iterate);
   w.x_next = take(iterate);

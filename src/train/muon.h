@@ -63,14 +63,21 @@ void newton_schulz_cpu(float* x, int64_t m, int64_t n, std::vector<float>& scrat
 // updated parameters) may be null.
 void muon_step_cpu(float* params, const float* grads, float* momentum, int64_t rows, int64_t cols,
                    const MuonStepScalars& scalars, uint16_t* working, std::vector<float>& scratch);
+// muon_step_cpu in two halves, as the CUDA step splits it (kernels/muon.cuh):
+// the momentum update and the Nesterov update u written to `oriented` [m, n] (transposed
+// when tall); then Newton-Schulz on `oriented` in place and the update of params.
+void muon_momentum_cpu(const float* grads, float* momentum, int64_t rows, int64_t cols, float beta, float* oriented);
+void muon_apply_cpu(float* params, float* oriented, int64_t rows, int64_t cols, const MuonStepScalars& scalars,
+                    uint16_t* working, std::vector<float>& scratch);
 
 // Where the CUDA step keeps its transient data for the largest group, in one block of
-// scratch memory (256-byte aligned parts): the group's matrix table, the per-block
+// scratch memory (256-byte aligned parts): the group's matrix table, where each matrix's
+// momentum is (the slab offsets, or places in a staging slot), the per-block
 // partial sums of the norms, two BF16 [count, m, n] iterates, and the BF16 [count, m, m]
 // products A and B.
 struct MuonWorkspace {
   static constexpr int kNormBlocks = 32;  // partial sums per matrix
-  size_t table = 0, partials = 0, x = 0, x_next = 0, a = 0, b = 0;  // byte offsets
+  size_t table = 0, momentum_table = 0, partials = 0, x = 0, x_next = 0, a = 0, b = 0;  // byte offsets
   size_t bytes = 0;                                                  // in all
   static MuonWorkspace for_group(const MuonGroup& group);
   static size_t bytes_for(const std::vector<MuonGroup>& groups);  // the largest group's

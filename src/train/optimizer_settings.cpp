@@ -28,6 +28,13 @@ std::pair<double, double> parse_betas(const std::string& text) {
   return {betas[0], betas[1]};
 }
 
+OptimizerStateLocation optimizer_state_location_from_name(const std::string& name) {
+  if (name == "device") return OptimizerStateLocation::Device;
+  if (name == "host") return OptimizerStateLocation::Host;
+  if (name == "disk") return OptimizerStateLocation::Disk;
+  throw std::invalid_argument("unknown optimizer state location '" + name + "': expected device, host or disk");
+}
+
 const char* optimizer_kind_name(OptimizerKind kind) { return kind == OptimizerKind::Muon ? "muon" : "adamw"; }
 
 }  // namespace tandem

@@ -19,15 +19,21 @@ const char* optimizer_kind_name(OptimizerKind kind);
 // "beta1,beta2", each in [0, 1): throws std::invalid_argument saying what is wrong.
 std::pair<double, double> parse_betas(const std::string& text);
 
+enum class OptimizerStateLocation { Device, Host, Disk };
+OptimizerStateLocation optimizer_state_location_from_name(const std::string& name);  // device | host | disk
+
 struct OptimizerSettings {
   OptimizerKind kind = OptimizerKind::AdamW;
   // AdamW's betas, eps and weight decay; lr is set per step. Under Muon they serve the
   // tensors Muon does not take, and the weight decay serves Muon's matrices too.
   AdamWSettings adamw;
   double momentum = 0.95;  // Muon's Nesterov momentum
-  // Disk: the state lives in an OptimizerStateFile under state_path (empty: the run folder).
-  bool state_on_disk = false;
+  // Where the state lives: beside the master weights, or in host memory (pinned on CUDA)
+  // or an OptimizerStateFile under state_path (empty: the run folder), whence each step
+  // streams it through two device slots of chunk_bytes (optimizer_state_chunks.h).
+  OptimizerStateLocation state = OptimizerStateLocation::Device;
   std::filesystem::path state_path;
+  size_t chunk_bytes = size_t{64} << 20;
 };
 
 }  // namespace tandem

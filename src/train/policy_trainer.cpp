@@ -1,12 +1,14 @@
 #include "train/policy_trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "train/gradient_clipping.h"
 #include "train/nonfinite_gradients.h"
+#include "train/optimizer_step.h"
 #include "train/trainer_backend.h"
 
 namespace tandem {
@@ -36,16 +38,22 @@ const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const Para
                                                          {"exp_avg", &memory.exp_avg},
                                                          {"exp_avg_sq", &memory.exp_avg_sq},
                                                          {"working", &memory.working}};
+  const bool streamed = memory.state_staging != nullptr;
   for (const auto& [name, slab] : slabs) {
+    const bool state = slab == &memory.exp_avg || slab == &memory.exp_avg_sq;
+    const Device wanted = streamed && state ? Device::CPU : device;
     const bool dtype_ok = slab == &memory.working ? slab->dtype == DType::F32 || slab->dtype == DType::BF16
                                                   : slab->dtype == DType::F32;
-    if (!slab->data || !dtype_ok || slab->device != device || slab->numel() != layout.slab_elements() ||
+    if (!slab->data || !dtype_ok || slab->device != wanted || slab->numel() != layout.slab_elements() ||
         !slab->is_contiguous())
       throw std::invalid_argument(std::string("PolicyTrainer: the ") + name + " slab must be a flat " +
                                   (slab == &memory.working ? "F32 or BF16" : "F32") + " tensor of " +
-                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(device) +
+                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(wanted) +
                                   ", got " + slab->describe());
   }
+  if (streamed && memory.state_slot_elements < 2)
+    throw std::invalid_argument("PolicyTrainer: state staging slots of " + std::to_string(memory.state_slot_elements) +
+                                " values cannot hold one element's two moments");
   if (!memory.activations)
     throw std::invalid_argument("PolicyTrainer: no activation slab (activations is null)");
   if (device == Device::CPU && memory.working.dtype != DType::F32)
@@ -92,7 +100,6 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
                              Communicator& communicator, int world_size)
     : config_(config),
       layout_(layout),
-      muon_groups_(muon_groups(layout)),
       memory_(checked(memory, layout, communicator)),
       params_(ParameterSet::bind(layout, memory.working.data, memory.working.dtype, memory.working.device)),
       grad_params_(ParameterSet::bind(layout, memory.grads.data, DType::F32, memory.grads.device)),
@@ -102,6 +109,7 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
       tokens_(bind_token_buffers(static_cast<char*>(memory.activations) + align_up(acts_.bytes),
                                  memory.working.device, capacity.max_tokens)),
       transformer_(config_, backend_->ops()),
+      optimizer_(std::make_unique<OptimizerStep>(layout, memory_, *backend_)),
       communicator_(communicator),
       world_size_(world_size) {}
 
@@ -296,29 +304,12 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
     result.non_finite = non_finite_;
     return result;
   }
-  const OptimizerSettings& optimizer = settings.optimizer;
-  const bool muon = optimizer.kind == OptimizerKind::Muon;
-  AdamWSettings adamw = optimizer.adamw;
-  adamw.lr = lr;
-  const bool bf16_working = memory_.working.dtype == DType::BF16;
-  uint16_t* working = bf16_working ? memory_.working.ptr<uint16_t>() : nullptr;
-  for (const ParameterInfo& info : layout_.tensors()) {
-    if (muon && takes_muon(info)) continue;
-    const size_t offset = static_cast<size_t>(info.offset);
-    backend_->adamw_step(memory_.master.ptr<float>() + offset, grads.ptr<float>() + offset,
-                         memory_.exp_avg.ptr<float>() + offset, memory_.exp_avg_sq.ptr<float>() + offset,
-                         static_cast<size_t>(info.numel()), adamw_scalars(adamw, step, info.shape.size() == 2),
-                         working ? working + offset : nullptr);
-  }
-  if (muon) {
-    const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
-    for (const MuonGroup& group : muon_groups_)
-      backend_->muon_step(group, memory_.master.ptr<float>(), grads.ptr<float>(), memory_.exp_avg.ptr<float>(), working,
-                          muon_scalars(muon_settings, group.m, group.n), memory_.activations);
-  }
+  const auto start = std::chrono::steady_clock::now();
+  result.state_bytes_streamed = optimizer_->run(settings.optimizer, lr, step);
   // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
-  if (!bf16_working && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
+  if (memory_.working.dtype != DType::BF16 && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
   backend_->synchronize();
+  result.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -35,6 +35,7 @@
 namespace tandem {
 
 class TrainerBackend;
+class OptimizerStep;
 
 struct TrainSequence {
   std::vector<int32_t> prompt;
@@ -50,6 +51,8 @@ struct TrainStepResult {
   // model.layers.0.mlp.up_proj.weight", or "after the all-reduce, tensor ..." when this
   // rank's own gradients were finite.
   std::string non_finite;
+  double optimizer_seconds = 0;  // the optimizer step (its streaming included), on this rank
+  size_t state_bytes_streamed = 0;  // optimizer.state = host | disk: read plus written back
   int64_t tokens = 0;  // completion tokens that counted
   PolicyLossMetrics metrics;
   double mean_logp = 0;  // over the counted tokens (SFT: minus the cross-entropy)
@@ -71,7 +74,9 @@ struct PolicyTrainerSettings {
 // Flat views [layout.slab_elements()] of the slabs, all on one device.
 struct PolicyTrainerMemory {
   // F32. The optimizer's state: AdamW's moments; under Muon, exp_avg holds the momentum
-  // of Muon's matrices (and their part of exp_avg_sq stays unused).
+  // of Muon's matrices (and their part of exp_avg_sq stays unused). With state_staging,
+  // exp_avg and exp_avg_sq are host memory (CPU tensors: pinned, or a mapped state file)
+  // that the step streams through the staging chunk by chunk.
   Tensor master, grads, exp_avg, exp_avg_sq;
   // What forward and backward read, F32 or BF16 (BF16 on CUDA only): the master weights
   // themselves, or a copy the trainer rewrites after each update. Its dtype is the
@@ -80,6 +85,10 @@ struct PolicyTrainerMemory {
   // PolicyTrainer::activation_bytes(config, capacity, working.dtype, optimizer) bytes,
   // 256-byte aligned, on the same device; transient: nothing in it outlives a step.
   void* activations = nullptr;
+  // Null: the state is on the device. Otherwise two slots of state_slot_elements FP32
+  // values each on the device (optimizer_state_chunks.h).
+  float* state_staging = nullptr;
+  size_t state_slot_elements = 0;
 };
 
 class PolicyTrainer {
@@ -159,7 +168,6 @@ class PolicyTrainer {
 
   ModelConfig config_;
   const ParameterLayout& layout_;
-  std::vector<MuonGroup> muon_groups_;
   PolicyTrainerMemory memory_;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;
@@ -167,6 +175,7 @@ class PolicyTrainer {
   Activations acts_;
   TokenBuffers tokens_;
   Transformer transformer_;
+  std::unique_ptr<OptimizerStep> optimizer_;
   Communicator& communicator_;
   int world_size_;
   std::string non_finite_;  // of the step in progress, see TrainStepResult::non_finite

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "model/ops.h"
 #include "tensor/tensor.h"
@@ -16,6 +17,14 @@
 #include "train/muon.h"
 
 namespace tandem {
+
+// One copy of a streamed chunk: `count` FP32 values between host memory (`store`: the
+// pinned host state, or the mapped state file) and the staging slot.
+struct StateTransfer {
+  float* store = nullptr;
+  size_t staging_offset = 0;  // elements
+  size_t count = 0;
+};
 
 class TrainerBackend {
  public:
@@ -49,12 +58,29 @@ class TrainerBackend {
   // (BF16 bits, may be null) receives the updated parameters rounded.
   virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
                           const AdamWStepScalars& scalars, uint16_t* working) = 0;
-  // muon_step_cpu on every matrix of the group; params, grads, momentum (F32) and working
-  // (BF16 bits, may be null) are slab bases the group's offsets index. scratch: at least
-  // MuonWorkspace::for_group(group).bytes of this backend's memory, free for the call
-  // (the CPU twin keeps its own).
-  virtual void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum,
-                         uint16_t* working, const MuonStepScalars& scalars, void* scratch) = 0;
+  // Muon on the matrices of a group, in the two halves of kernels/muon.cuh. muon_momentum:
+  // matrices [first, last), their momentum at momentum + momentum_offsets[j - first]
+  // (empty: at the group's slab offsets). muon_orthogonalize, after every matrix's
+  // momentum: the update of params and working (BF16 bits, may be null). grads and
+  // params are slab bases the group's offsets index; scratch: at least
+  // MuonWorkspace::for_group(group).bytes of this backend's memory, kept by the caller
+  // from the first half to the second (the CPU twin keeps its own).
+  virtual void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
+                             std::span<const int64_t> momentum_offsets, float beta, void* scratch) = 0;
+  virtual void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working,
+                                  const MuonStepScalars& scalars, void* scratch) = 0;
+
+  // The optimizer state streamed through two staging slots in this backend's memory
+  // (optimizer.state = host | disk). load_state queues the copies store -> slot once the
+  // slot's previous write-back is done, and the work queued after it waits for them;
+  // write_back_state queues slot -> store after the work queued so far. On CUDA the two
+  // directions run on their own streams, so chunk i+1 loads and chunk i-1 writes back
+  // while chunk i is updated; a store the device cannot read directly (the mapped file)
+  // goes through pinned bounce buffers, one per slot. finish_state waits until every
+  // write-back has reached the store.
+  virtual void load_state(int slot, float* staging, std::span<const StateTransfer> copies) = 0;
+  virtual void write_back_state(int slot, const float* staging, std::span<const StateTransfer> copies) = 0;
+  virtual void finish_state() = 0;
 };
 
 std::unique_ptr<TrainerBackend> make_cpu_trainer_backend();

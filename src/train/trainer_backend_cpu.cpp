@@ -1,3 +1,4 @@
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -51,19 +52,45 @@ class CpuTrainerBackend final : public TrainerBackend {
     adamw_step_cpu(params, grads, exp_avg, exp_avg_sq, count, scalars, working);
   }
 
-  void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
-                 const MuonStepScalars& scalars, void* /*scratch*/) override {
-    for (const MuonMatrix& matrix : group.matrices) {
-      const size_t at = static_cast<size_t>(matrix.offset);
-      muon_step_cpu(params + at, grads + at, momentum + at, matrix.transposed ? group.n : group.m,
-                    matrix.transposed ? group.m : group.n, scalars, working ? working + at : nullptr, muon_scratch_);
+  void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
+                     std::span<const int64_t> momentum_offsets, float beta, void* /*scratch*/) override {
+    const size_t elements = static_cast<size_t>(group.m * group.n);
+    muon_updates_.resize(group.matrices.size() * elements);
+    for (size_t j = first; j < last; ++j) {
+      const MuonMatrix& matrix = group.matrices[j];
+      const int64_t at = momentum_offsets.empty() ? matrix.offset : momentum_offsets[j - first];
+      muon_momentum_cpu(grads + matrix.offset, momentum + at, matrix.transposed ? group.n : group.m,
+                        matrix.transposed ? group.m : group.n, beta, muon_updates_.data() + j * elements);
     }
   }
+
+  void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working, const MuonStepScalars& scalars,
+                          void* /*scratch*/) override {
+    const size_t elements = static_cast<size_t>(group.m * group.n);
+    for (size_t j = 0; j < group.matrices.size(); ++j) {
+      const MuonMatrix& matrix = group.matrices[j];
+      const size_t at = static_cast<size_t>(matrix.offset);
+      muon_apply_cpu(params + at, muon_updates_.data() + j * elements, matrix.transposed ? group.n : group.m,
+                     matrix.transposed ? group.m : group.n, scalars, working ? working + at : nullptr, muon_scratch_);
+    }
+  }
+
+  // Memory to memory, complete on return: the same chunks as on CUDA, in the same order.
+  void load_state(int /*slot*/, float* staging, std::span<const StateTransfer> copies) override {
+    for (const StateTransfer& copy : copies)
+      std::memcpy(staging + copy.staging_offset, copy.store, copy.count * sizeof(float));
+  }
+  void write_back_state(int /*slot*/, const float* staging, std::span<const StateTransfer> copies) override {
+    for (const StateTransfer& copy : copies)
+      std::memcpy(copy.store, staging + copy.staging_offset, copy.count * sizeof(float));
+  }
+  void finish_state() override {}
 
  private:
   CpuOps ops_;
   std::vector<float> workspace_;  // one chunk of upcast logits
   std::vector<float> muon_scratch_;  // one matrix's Newton-Schulz products
+  std::vector<float> muon_updates_;  // the group's oriented updates, from muon_momentum to muon_orthogonalize
 };
 
 }  // namespace

@@ -1,0 +1,43 @@
+#include "world/pinned_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace tandem {
+
+PinnedMemory::PinnedMemory(size_t bytes, Device device) : bytes_(bytes) {
+#ifdef TANDEM_HAVE_CUDA
+  if (device == Device::CUDA) {
+    const cudaError_t status = cudaHostAlloc(&data_, bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess)
+      throw std::runtime_error("cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes: " + cudaGetErrorString(status));
+    pinned_ = true;
+    std::memset(data_, 0, bytes);
+    return;
+  }
+#endif
+  (void)device;
+  data_ = std::malloc(bytes);
+  if (!data_ && bytes) throw std::runtime_error("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  // Touched now, as pinned memory is: resident from the start, so the memory plan's
+  // baseline (the resident set when it is made) counts it.
+  std::memset(data_, 0, bytes);
+}
+
+PinnedMemory::~PinnedMemory() {
+#ifdef TANDEM_HAVE_CUDA
+  if (pinned_) {
+    cudaFreeHost(data_);
+    return;
+  }
+#endif
+  std::free(data_);
+}
+
+}  // namespace tandem

@@ -9,7 +9,7 @@
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 TransportKind transport)
+                                 TransportKind transport, const DiskDeltaSettings& disk_delta, MPI_Comm comm)
     : pool_(pool), layout_(layout), working_dtype_(working_dtype) {
   const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
@@ -20,8 +20,10 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
                            alias ? "shared.working_weights" : "trainer.working_weights");
   if (alias)
     transport_ = std::make_unique<AliasTransport>(working());
-  else
+  else if (transport == TransportKind::Copy)
     transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype);
+  else
+    transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype, disk_delta, comm);
 }
 
 ColocatedMemory::~ColocatedMemory() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/parameters.h"
+#include "sync/disk_delta_transport.h"
 #include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
 
@@ -18,7 +19,9 @@ namespace tandem {
 
 class ColocatedMemory {
  public:
-  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport);
+  // disk_delta and comm serve the disk-delta transport only (collective over comm).
+  ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport,
+                  const DiskDeltaSettings& disk_delta = {}, MPI_Comm comm = MPI_COMM_SELF);
   ~ColocatedMemory();
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;

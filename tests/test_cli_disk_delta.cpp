@@ -191,3 +191,25 @@ TEST(CliDiskDelta, BaselineErrorOnOneRankStopsEveryRankWithItsMessage) {
     EXPECT_FALSE(fs::exists(delta_version_folder(dir / c.name / "weights", 1)));
   }
 }
+
+// A full disk while the ranks write version 1: a small tmpfs as sync.path (needs the right
+// to mount, as root in the CI container). The job stops with the cause named, and nothing
+// of the version is left: no index, no files.
+TEST(CliDiskDelta, FullDiskWhileWritingPublishesNothing) {
+  TempDir dir;
+  write_inputs(dir);
+  const fs::path disk = dir / "small-disk";
+  fs::create_directories(disk);
+  if (run_command("mount -t tmpfs -o size=256k tmpfs " + disk.string() + " 2>&1").exit_code != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    fs::path path;
+    ~Unmount() { run_command("umount " + path.string()); }
+  } unmount{disk};
+  const auto result = run_command(run(dir, 3, "full", "--sync.transport=disk-delta --sync.path=" + disk.string()));
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.exit_code, 124) << "timed out: a rank hung\n" << result.output;
+  EXPECT_NE(result.output.find("disk-delta publish of " + delta_version_folder(disk, 1).string()), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("No space left on device"), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(delta_version_folder(disk, 1))) << "a half-written version was left";
+}

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -209,6 +210,7 @@ TEST(DeltaFormat, FullDiskFailsClearlyAndLeavesNothing) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(pipe_fds[0]);
+    omp_set_num_threads(1);  // the parent's OpenMP threads did not survive the fork
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit{2048, 2048};
     setrlimit(RLIMIT_FSIZE, &limit);

@@ -48,7 +48,7 @@ std::vector<std::byte> encode(const DeltaTensor& tensor, DeltaEncoding encoding,
   }
   const size_t element = dtype_size(tensor.dtype);
   const size_t elements = bytes / element;
-  if (elements > UINT32_MAX) throw std::runtime_error("tensor " + tensor.name + " has too many elements for an overwrite delta");
+  if (elements > UINT32_MAX) throw std::runtime_error("too many elements for an overwrite delta");
   std::vector<uint32_t> gaps;
   std::vector<std::byte> values;
   uint32_t last = 0;
@@ -138,21 +138,32 @@ DeltaWriteStats write_delta_file(const fs::path& path, std::span<const DeltaTens
                                                  {"compression_format", kDeltaCompressionFormat},
                                                  {"checksum_format", kDeltaChecksumFormat},
                                                  {"source_rank", std::to_string(source_rank)}};
+  // Tensors are independent: encode and compress them on every core (an exception must
+  // not leave an OpenMP region, so each tensor keeps its error).
+  std::vector<size_t> changed(tensors.size(), 0);
+  std::vector<std::string> errors(tensors.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    try {
+      const std::vector<std::byte> delta = encode(tensors[i], encoding, changed[i]);
+      frames[i].resize(ZSTD_compressBound(delta.size()));
+      const size_t size = ZSTD_compress(frames[i].data(), frames[i].size(), delta.data(), delta.size(), compression_level);
+      if (ZSTD_isError(size)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(size));
+      frames[i].resize(size);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const DeltaTensor& tensor = tensors[i];
-    size_t changed = 0;
-    const std::vector<std::byte> delta = encode(tensor, encoding, changed);
-    frames[i].resize(ZSTD_compressBound(delta.size()));
-    const size_t size = ZSTD_compress(frames[i].data(), frames[i].size(), delta.data(), delta.size(), compression_level);
-    if (ZSTD_isError(size)) throw std::runtime_error(path.string() + ": tensor " + tensor.name + ": zstd: " + ZSTD_getErrorName(size));
-    frames[i].resize(size);
-    stored.push_back({tensor.name, DType::U8, {static_cast<int64_t>(size)}, frames[i].data()});
+    if (!errors[i].empty()) throw std::runtime_error(path.string() + ": tensor " + tensor.name + ": " + errors[i]);
+    stored.push_back({tensor.name, DType::U8, {static_cast<int64_t>(frames[i].size())}, frames[i].data()});
     metadata[tensor.name] = json{{"dtype", dtype_info(tensor.dtype).safetensors_code},
                                  {"shape", tensor.shape},
-                                 {"changed_bytes", changed},
+                                 {"changed_bytes", changed[i]},
                                  {"xxh3_128", xxh3_128_hex(tensor.current)}}
                                 .dump();
-    stats.changed_bytes += changed;
+    stats.changed_bytes += changed[i];
     stats.total_bytes += tensor.current.size();
   }
   write_safetensors(path, stored, metadata);

@@ -5,69 +5,31 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <map>
-#include <set>
 
+#include "disk_delta_support.h"
 #include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "io/safetensors.h"
 #include "model/parameters.h"
 #include "support.h"
 #include "sync/delta_format.h"
-#include "tiny_hf_folder.h"
 
 using namespace tandem;
 using tandem::testing::run_command;
 using tandem::testing::TempDir;
+using tandem::testing::decode_version;
+using tandem::testing::is_transport_specific;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kSteps = 3;
 
 std::string mpirun(int np) {
   return std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 timeout 120 mpirun --oversubscribe ") +
          (getuid() == 0 ? "--allow-run-as-root " : "") + "-np " + std::to_string(np) + " ";
 }
 
-// A tiny pretrained model and prompts in dir; a short run on them.
-ModelConfig write_inputs(const TempDir& dir) {
-  const ModelConfig config = tandem::testing::write_tiny_hf_model(dir / "model");
-  tandem::testing::write_text(dir / "prompts.jsonl",
-                              "{\"prompt\": \"What is 2+3?\", \"answer\": 5}\n{\"prompt\": \"What is 7-4?\", \"answer\": 3}\n"
-                              "{\"prompt\": \"What is 1+1?\", \"answer\": 2}\n{\"prompt\": \"What is 9-2?\", \"answer\": 7}\n");
-  return config;
-}
-
 std::string run(const TempDir& dir, int np, const std::string& name, const std::string& extra) {
-  return mpirun(np) + tandem::testing::tandem_binary() + " --world.device=cpu --run.output-dir=" + dir.path().string() +
-         " --run.name=" + name + " --model.path=" + (dir / "model").string() + " --task.name=jsonl --task.path=" +
-         (dir / "prompts.jsonl").string() + " --task.reward=last-number --task.prompts-per-step=" + std::to_string(np) +
-         " --grpo.group-size=2 --grpo.max-new-tokens=4 --grpo.lr=1e-3 --sft.steps=0 --run.steps=" + std::to_string(kSteps) +
-         " --run.checkpoint-every=" + std::to_string(kSteps) + " " + extra + " 2>&1";
-}
-
-// The weights a published version decodes to: the baseline with every file of the index applied.
-std::map<std::string, std::vector<std::byte>> decode_version(const fs::path& folder, const SafetensorsCheckpoint& baseline) {
-  const DeltaIndex index = read_delta_index(folder);
-  std::map<std::string, std::vector<std::byte>> weights;
-  DeltaApplyTarget target;
-  target.baseline = [&](const std::string& name, DType, const std::vector<int64_t>&) { return baseline.file_of(name)->bytes(name); };
-  target.apply = [&](const std::string& name, std::span<const std::byte> state) { weights[name].assign(state.begin(), state.end()); };
-  std::set<std::string> files;
-  for (const auto& [tensor, file] : index.weight_map) files.insert(file);
-  for (const std::string& file : files) apply_delta_file(folder / file, index.encoding, target);
-  EXPECT_EQ(weights.size(), index.weight_map.size());
-  return weights;
-}
-
-bool is_transport_specific(const std::string& metric) {
-  for (const char* prefix : {"sync/", "time/", "memory/"})
-    if (metric.rfind(prefix, 0) == 0) return true;
-  const auto ends_with = [&](const std::string& tail) {
-    return metric.size() >= tail.size() && metric.compare(metric.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return metric.find("_per_s") != std::string::npos || ends_with("seconds");  // timings differ run to run
+  return mpirun(np) + tandem::testing::disk_delta_run(dir, name, "cpu", np, extra);
 }
 
 // Writes the model folder's weights to `to` with one tensor changed by `change`.
@@ -97,7 +59,7 @@ void write_wrong_baseline(const fs::path& from, const fs::path& to, const std::s
 // newest version decodes to the final checkpoint's master weights (FP32 on the CPU) bit for bit.
 TEST(CliDiskDelta, VersionsDecodeToTheTrainersWeightsAndMetricsMatchCopy) {
   TempDir dir;
-  write_inputs(dir);
+  tandem::testing::write_disk_delta_inputs(dir);
   const SafetensorsCheckpoint baseline(dir / "model");
   for (const auto& [np, options] : {std::pair<int, std::string>{3, ""},
                                     {4, "--sync.delta-encoding=overwrite --sync.baseline=" + (dir / "model").string()}}) {
@@ -118,8 +80,8 @@ TEST(CliDiskDelta, VersionsDecodeToTheTrainersWeightsAndMetricsMatchCopy) {
     }
     EXPECT_GT(compared, 10u);
     const std::vector<double> density = delta_run.metric("sync/density"), wire = delta_run.metric("sync/wire_bytes");
-    ASSERT_EQ(density.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
+    ASSERT_EQ(density.size(), static_cast<size_t>(tandem::testing::kDiskDeltaSteps));
+    for (int s = 0; s < tandem::testing::kDiskDeltaSteps; ++s) {
       EXPECT_GT(density[s], 0) << s;
       EXPECT_LE(density[s], 1) << s;
       EXPECT_GT(wire[s], 0) << s;
@@ -127,14 +89,14 @@ TEST(CliDiskDelta, VersionsDecodeToTheTrainersWeightsAndMetricsMatchCopy) {
 
     // keep-versions = 2: the last two versions, each complete, the older deleted.
     const fs::path weights = dir / name / "weights";
-    EXPECT_FALSE(fs::exists(delta_version_folder(weights, kSteps - 2)));
-    const DeltaIndex index = read_delta_index(delta_version_folder(weights, kSteps));
-    EXPECT_EQ(index.version, kSteps);
+    EXPECT_FALSE(fs::exists(delta_version_folder(weights, tandem::testing::kDiskDeltaSteps - 2)));
+    const DeltaIndex index = read_delta_index(delta_version_folder(weights, tandem::testing::kDiskDeltaSteps));
+    EXPECT_EQ(index.version, tandem::testing::kDiskDeltaSteps);
     EXPECT_EQ(index.base_version, 0);
-    for (int r = 0; r < np; ++r) EXPECT_TRUE(fs::exists(delta_version_folder(weights, kSteps) / delta_file_name(r, np))) << r;
-    decode_version(delta_version_folder(weights, kSteps - 1), baseline);
-    const auto decoded = decode_version(delta_version_folder(weights, kSteps), baseline);
-    const Checkpoint checkpoint = Checkpoint::open(dir / name / checkpoint_file_name(kSteps));
+    for (int r = 0; r < np; ++r) EXPECT_TRUE(fs::exists(delta_version_folder(weights, tandem::testing::kDiskDeltaSteps) / delta_file_name(r, np))) << r;
+    decode_version(delta_version_folder(weights, tandem::testing::kDiskDeltaSteps - 1), baseline);
+    const auto decoded = decode_version(delta_version_folder(weights, tandem::testing::kDiskDeltaSteps), baseline);
+    const Checkpoint checkpoint = Checkpoint::open(dir / name / checkpoint_file_name(tandem::testing::kDiskDeltaSteps));
     ASSERT_EQ(decoded.size(), baseline.names().size());
     for (const auto& [tensor, bytes] : decoded) {
       const SafetensorsEntry& entry = baseline.file_of(tensor)->entry(tensor);
@@ -149,7 +111,7 @@ TEST(CliDiskDelta, VersionsDecodeToTheTrainersWeightsAndMetricsMatchCopy) {
 // stops together (within the time limit), non-zero, with rank 1's message in the log.
 TEST(CliDiskDelta, BaselineErrorOnOneRankStopsEveryRankWithItsMessage) {
   TempDir dir;
-  const ModelConfig config = write_inputs(dir);
+  const ModelConfig config = tandem::testing::write_disk_delta_inputs(dir);
   const ParameterLayout layout(config);
   const std::string tensor = layout.tensors()[1].name;  // dealt to rank 1 of 3
   struct Case {
@@ -197,7 +159,7 @@ TEST(CliDiskDelta, BaselineErrorOnOneRankStopsEveryRankWithItsMessage) {
 // of the version is left: no index, no files.
 TEST(CliDiskDelta, FullDiskWhileWritingPublishesNothing) {
   TempDir dir;
-  write_inputs(dir);
+  tandem::testing::write_disk_delta_inputs(dir);
   const fs::path disk = dir / "small-disk";
   fs::create_directories(disk);
   if (run_command("mount -t tmpfs -o size=256k tmpfs " + disk.string() + " 2>&1").exit_code != 0)

@@ -172,6 +172,8 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
   try {
     fs::create_directories(folder);
     const float* master = static_cast<const float*>(pool_.readable_data(master_));
+    // An offloaded trainer's master weights are read from their pinned host copy.
+    const Device master_device = master_->residency == Residency::Resident ? pool_.device() : Device::CPU;
     std::vector<std::vector<std::byte>> states;
     std::vector<size_t> owned;
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -183,7 +185,7 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
       const ParameterInfo& info = tensors[i];
       const size_t n = static_cast<size_t>(info.numel());
       values.resize(n);
-      copy_tensor_to_host(values.data(), Tensor::view(const_cast<float*>(master) + info.offset, DType::F32, pool_.device(), {info.numel()}));
+      copy_tensor_to_host(values.data(), Tensor::view(const_cast<float*>(master) + info.offset, DType::F32, master_device, {info.numel()}));
       std::vector<std::byte>& state = states.emplace_back(n * dtype_size(dtype_));
       if (dtype_ == DType::F32) {
         std::memcpy(state.data(), values.data(), state.size());

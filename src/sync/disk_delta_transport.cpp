@@ -35,7 +35,9 @@ void fail_together_as(MPI_Comm comm, const std::string& what, const std::string&
   }
   if (message.empty()) return;
   if (before_throw) before_throw();
-  TLOG(error) << message;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) TLOG(error) << message;  // every rank throws the same message: log it once
   throw std::runtime_error(message);
 }
 

@@ -183,45 +183,69 @@ std::vector<std::string> apply_delta_file(const fs::path& path, DeltaEncoding en
       meta("compression_format") != kDeltaCompressionFormat || meta("checksum_format") != kDeltaChecksumFormat)
     throw std::runtime_error(path.string() + ": not a " + std::string(kFormatName) + " file of encoding " +
                              delta_encoding_name(encoding) + ", zstd, xxh3-128");
-  std::vector<std::string> applied;
-  std::vector<std::byte> delta, state;
-  for (const SafetensorsEntry& entry : file.entries()) {
-    const auto fail = [&](const std::string& why) {
-      throw std::runtime_error("tensor " + entry.name + " in " + path.string() + " (source rank " + meta("source_rank") + "): " + why);
-    };
-    json info;
-    try {
-      info = json::parse(meta(entry.name));
-    } catch (const std::exception& e) {
-      fail(std::string("unreadable metadata: ") + e.what());
-    }
-    if (entry.dtype != DType::U8 || entry.shape.size() != 1) fail("is not a U8 vector of compressed bytes");
+  // Read the headers in order, decode every tensor on every core, then apply in order:
+  // the engine's slab sees only verified states.
+  struct Pending {
+    const SafetensorsEntry* entry;
     DType dtype = DType::U8;
-    std::vector<int64_t> shape;
     std::string checksum;
+    std::span<const std::byte> baseline;
+    std::vector<std::byte> state;
+    std::string error;
+  };
+  const std::string source = meta("source_rank");
+  const auto failure = [&](const std::string& name, const std::string& why) {
+    return std::runtime_error("tensor " + name + " in " + path.string() + " (source rank " + source + "): " + why);
+  };
+  std::vector<Pending> pending;
+  for (const SafetensorsEntry& entry : file.entries()) {
+    Pending& p = pending.emplace_back();
+    p.entry = &entry;
+    std::vector<int64_t> shape;
     try {
-      dtype = dtype_from_safetensors(info.at("dtype").get<std::string>());
+      const json info = json::parse(meta(entry.name));
+      p.dtype = dtype_from_safetensors(info.at("dtype").get<std::string>());
       shape = info.at("shape").get<std::vector<int64_t>>();
-      checksum = info.at("xxh3_128").get<std::string>();
+      p.checksum = info.at("xxh3_128").get<std::string>();
     } catch (const std::exception& e) {
-      fail(std::string("incomplete metadata: ") + e.what());
+      throw failure(entry.name, std::string("unreadable metadata: ") + e.what());
     }
-    const std::span<const std::byte> baseline = target.baseline(entry.name, dtype, shape);
-    const std::span<const std::byte> frame = file.bytes(entry.name);
+    if (entry.dtype != DType::U8 || entry.shape.size() != 1) throw failure(entry.name, "is not a U8 vector of compressed bytes");
+    p.baseline = target.baseline(entry.name, p.dtype, shape);
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
+    const std::span<const std::byte> frame = file.bytes(p.entry->name);
     const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
     // A delta is never larger than its overwrite form of every element.
-    const size_t largest = sizeof(uint64_t) + baseline.size() / dtype_size(dtype) * (sizeof(uint32_t) + dtype_size(dtype));
-    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > largest)
-      fail("corrupt zstd frame (checksum " + checksum + " not verified)");
-    delta.resize(content);
+    const size_t element = dtype_size(p.dtype);
+    const size_t largest = sizeof(uint64_t) + p.baseline.size() / element * (sizeof(uint32_t) + element);
+    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > largest) {
+      p.error = "corrupt zstd frame (checksum " + p.checksum + " not verified)";
+      continue;
+    }
+    std::vector<std::byte> delta(content);
     const size_t size = ZSTD_decompress(delta.data(), delta.size(), frame.data(), frame.size());
-    if (ZSTD_isError(size) || size != content) fail(std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short"));
-    state.assign(baseline.begin(), baseline.end());
-    if (!decode(delta, encoding, dtype_size(dtype), state)) fail("malformed " + std::string(delta_encoding_name(encoding)) + " delta");
-    const std::string decoded = xxh3_128_hex(state);
-    if (decoded != checksum) fail("checksum mismatch: xxh3-128 " + decoded + " decoded, " + checksum + " written");
-    target.apply(entry.name, state);
-    applied.push_back(entry.name);
+    if (ZSTD_isError(size) || size != content) {
+      p.error = std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short");
+      continue;
+    }
+    p.state.assign(p.baseline.begin(), p.baseline.end());
+    if (!decode(delta, encoding, element, p.state)) {
+      p.error = "malformed " + std::string(delta_encoding_name(encoding)) + " delta";
+      continue;
+    }
+    const std::string decoded = xxh3_128_hex(p.state);
+    if (decoded != p.checksum) p.error = "checksum mismatch: xxh3-128 " + decoded + " decoded, " + p.checksum + " written";
+  }
+  for (const Pending& p : pending)
+    if (!p.error.empty()) throw failure(p.entry->name, p.error);
+  std::vector<std::string> applied;
+  for (Pending& p : pending) {
+    target.apply(p.entry->name, p.state);
+    applied.push_back(p.entry->name);
+    std::vector<std::byte>().swap(p.state);  // hold no more than the file's unapplied states
   }
   return applied;
 }

@@ -34,7 +34,12 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
       {"memory.host-limit", Bytes, "0", "bytes", "host memory a rank may use; 0 = the cgroup's memory.max, else MemTotal. A predicted host peak above it stops the job at start-up", {}},
-      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach a colocated engine: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync", {}, {"alias", "copy"}},
+      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach a colocated engine: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = compressed, checksummed deltas against a baseline through sync.path", {}, {"alias", "copy", "disk-delta"}},
+      {"sync.path", Path, "", "", "disk-delta: the folder every rank sees that holds the versions (weight_v000001/ ...); empty = <run folder>/weights"},
+      {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from and the deltas are against; empty = the engines' first weights"},
+      {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = baseline ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
+      {"sync.compression-level", Int, "1", "", "disk-delta: zstd level of the deltas", between(1, 22)},
+      {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted", at_least(1)},
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},

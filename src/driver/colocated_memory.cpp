@@ -9,7 +9,8 @@
 namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
-                                 TransportKind transport, float* optimizer_state, size_t state_slot_bytes)
+                                 TransportKind transport, float* optimizer_state, size_t state_slot_bytes,
+                                 const DiskDeltaSettings& disk_delta, MPI_Comm comm)
     : pool_(pool), layout_(layout), working_dtype_(working_dtype), optimizer_state_(optimizer_state) {
   const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
@@ -25,8 +26,10 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
                            alias ? "shared.working_weights" : "trainer.working_weights");
   if (alias)
     transport_ = std::make_unique<AliasTransport>(working());
-  else
+  else if (transport == TransportKind::Copy)
     transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype);
+  else
+    transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype, disk_delta, comm);
 }
 
 ColocatedMemory::~ColocatedMemory() {

@@ -66,6 +66,17 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
   return config;
 }
 
+DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path& run_folder) {
+  DiskDeltaSettings settings;
+  const std::string path = deck.get<std::string>("sync.path");
+  settings.path = path.empty() ? run_folder / "weights" : fs::path(path);
+  settings.baseline = deck.get<std::string>("sync.baseline");
+  settings.encoding = delta_encoding_from_name(deck.get<std::string>("sync.delta-encoding"));
+  settings.compression_level = static_cast<int>(deck.get<int64_t>("sync.compression-level"));
+  settings.keep_versions = static_cast<int>(deck.get<int64_t>("sync.keep-versions"));
+  return settings;
+}
+
 std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
                           DType working_dtype, const fs::path& folder) {
   std::vector<std::pair<std::string, std::string>> rows = {
@@ -180,7 +191,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       optimizer_state_store_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
   OptimizerStateFile* const state_file = state_store.file.get();
   ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
-                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout));
+                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
+                         disk_delta_settings_from_deck(deck, folder), comm);
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
   TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
@@ -380,6 +392,10 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"handoff/derived_not_copied", static_cast<double>(to_train.derived_not_copied + to_rollout.derived_not_copied)});
     metrics.push_back({"sync/bytes", static_cast<double>(to_rollout.sync.bytes)});
     metrics.push_back({"sync/seconds", to_rollout.sync.seconds});
+    metrics.push_back({"sync/wire_bytes", static_cast<double>(to_rollout.sync.wire_bytes)});
+    metrics.push_back({"sync/density", to_rollout.sync.density});
+    metrics.push_back({"sync/source_seconds", to_rollout.sync.source_seconds});
+    metrics.push_back({"sync/engine_seconds", to_rollout.sync.engine_seconds});
     if (startup_peak) add_phase_metrics(metrics, "startup", *std::exchange(startup_peak, std::nullopt));
     add_phase_metrics(metrics, "rollout", rollout_peak);
     add_phase_metrics(metrics, "after_generate", to_train.peak);

@@ -122,6 +122,13 @@ class AtomicFile {
       ::unlink(temporary_.c_str());
       fail(path_, "cannot rename the finished temporary into place (" + why + ")");
     }
+    // The rename lives in the folder: fsync it too, or a crash may forget the new name.
+    const std::filesystem::path folder = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    const int folder_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (folder_fd < 0) fail(folder, "cannot open the folder to fsync it (" + errno_text() + ")");
+    const int synced = ::fsync(folder_fd);
+    ::close(folder_fd);
+    if (synced != 0) fail(folder, "fsync of the folder failed (" + errno_text() + ")");
   }
 
  private:

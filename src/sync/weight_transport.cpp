@@ -7,9 +7,17 @@ namespace tandem {
 TransportKind transport_kind_from_name(const std::string& name) {
   if (name == "alias") return TransportKind::Alias;
   if (name == "copy") return TransportKind::Copy;
-  throw std::invalid_argument("unknown weight transport '" + name + "' (alias or copy)");
+  if (name == "disk-delta") return TransportKind::DiskDelta;
+  throw std::invalid_argument("unknown weight transport '" + name + "' (alias, copy or disk-delta)");
 }
 
-const char* transport_kind_name(TransportKind kind) { return kind == TransportKind::Alias ? "alias" : "copy"; }
+const char* transport_kind_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::Alias: return "alias";
+    case TransportKind::Copy: return "copy";
+    case TransportKind::DiskDelta: return "disk-delta";
+  }
+  return "?";
+}
 
 }  // namespace tandem

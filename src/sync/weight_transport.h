@@ -4,6 +4,7 @@
 //
 //   alias: the engine reads the trainer's working copy itself; a sync moves nothing.
 //   copy:  the engine has its own copy, rewritten from the FP32 master weights.
+//   disk-delta: compressed, checksummed deltas through a shared folder (disk_delta_transport.h).
 #pragma once
 #include <cstddef>
 #include <string>
@@ -12,14 +13,18 @@
 
 namespace tandem {
 
-enum class TransportKind { Alias, Copy };
-TransportKind transport_kind_from_name(const std::string& name);  // "alias" | "copy"
+enum class TransportKind { Alias, Copy, DiskDelta };
+TransportKind transport_kind_from_name(const std::string& name);  // "alias" | "copy" | "disk-delta"
 const char* transport_kind_name(TransportKind kind);
 
 // What one sync did.
 struct SyncReport {
   size_t bytes = 0;  // bytes read or written to bring the engine up to date
   double seconds = 0;
+  // Through files (disk-delta); zero for the in-process transports.
+  size_t wire_bytes = 0;  // the published version's files, all source ranks together
+  double density = 0;     // the fraction of the weights' bytes that changed against the baseline
+  double source_seconds = 0, engine_seconds = 0;  // encode + compress + write; read + decode + verify + apply
 };
 
 class WeightTransport {

@@ -1,0 +1,96 @@
+// The on-disk format of a disk-delta weight sync, shared by the ranks that write it and
+// the engines that read it. A version is a folder weight_v000001/ ... holding one
+// model-0000r-of-0000N.safetensors per source rank and, written last, the
+// model.safetensors.index.json that publishes it:
+//   {"version", "base_version", "delta_encoding", "compression_format",
+//    "checksum_format", "weight_map": {tensor: file}}
+// Each tensor of a delta file is a U8 vector: the zstd frame of its delta against the
+// baseline. The file's __metadata__ has, under the tensor's name, a JSON string with the
+// tensor's dtype, shape, the bytes that changed and the xxh3-128 of its new full state.
+//
+//   xor:       delta = baseline ^ new, byte for byte (zeros compress to nothing).
+//   overwrite: the changed elements: a count, the gaps between their positions (u32),
+//              then their new values. Applying it twice gives the same state.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace tandem {
+
+enum class DeltaEncoding { Xor, Overwrite };
+DeltaEncoding delta_encoding_from_name(const std::string& name);  // "xor" | "overwrite"
+const char* delta_encoding_name(DeltaEncoding encoding);
+
+inline constexpr const char* kDeltaCompressionFormat = "zstd";
+inline constexpr const char* kDeltaChecksumFormat = "xxh3-128";
+
+// The canonical big-endian hex of the xxh3-128 of the bytes (32 characters).
+std::string xxh3_128_hex(std::span<const std::byte> bytes);
+
+std::filesystem::path delta_version_folder(const std::filesystem::path& root, int64_t version);  // weight_v000001
+std::string delta_file_name(int source_rank, int source_ranks);  // model-00001-of-00003.safetensors
+
+// One tensor of a source rank: its baseline and its new state, both in the working dtype.
+struct DeltaTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> baseline;
+  std::span<const std::byte> current;
+};
+
+struct DeltaWriteStats {
+  size_t file_bytes = 0;     // what the file takes on disk
+  size_t changed_bytes = 0;  // bytes of the new state that differ from the baseline
+  size_t total_bytes = 0;    // bytes of the new state
+};
+
+// Encodes, compresses and writes one source rank's file atomically (temporary, fsync,
+// rename, fsync of the folder). Throws std::runtime_error naming the file on failure.
+DeltaWriteStats write_delta_file(const std::filesystem::path& path, std::span<const DeltaTensor> tensors,
+                                 DeltaEncoding encoding, int compression_level, int source_rank);
+
+// What the engine side provides for each tensor of a file: its baseline bytes (after
+// checking dtype and shape against its own), and where the verified new state goes.
+struct DeltaApplyTarget {
+  std::function<std::span<const std::byte>(const std::string& name, DType dtype, const std::vector<int64_t>& shape)> baseline;
+  std::function<void(const std::string& name, std::span<const std::byte> state)> apply;
+};
+
+// Reads one file, decodes every tensor onto its baseline, verifies its checksum and hands
+// the new state to target.apply. Returns the tensors applied. Errors (a corrupt frame, a
+// checksum mismatch) throw std::runtime_error naming the tensor and the file.
+std::vector<std::string> apply_delta_file(const std::filesystem::path& path, DeltaEncoding encoding,
+                                          const DeltaApplyTarget& target);
+
+// The index of a version, written last: its presence publishes the version.
+struct DeltaIndex {
+  int64_t version = 0;
+  int64_t base_version = 0;
+  DeltaEncoding encoding = DeltaEncoding::Xor;
+  std::vector<std::pair<std::string, std::string>> weight_map;  // tensor -> file
+};
+void write_delta_index(const std::filesystem::path& folder, const DeltaIndex& index);
+// Throws std::runtime_error naming the index when it is absent, malformed or of another format.
+DeltaIndex read_delta_index(const std::filesystem::path& folder);
+
+// A baseline tensor as found (in the engine's slab or an HF folder), and the check a
+// source rank makes before writing: dtype, shape, canonical layout (contiguous,
+// row-major, the byte count dtype and shape imply). "" when it matches.
+struct BaselineTensorInfo {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;
+  bool contiguous = true;
+};
+std::string baseline_mismatch(const std::string& name, const BaselineTensorInfo& baseline, DType dtype,
+                              const std::vector<int64_t>& shape);
+
+}  // namespace tandem

@@ -16,9 +16,13 @@ EntropyWatch::EntropyWatch(int64_t vocab) : uniform_(std::log(static_cast<double
 
 std::optional<std::string> EntropyWatch::observe(double entropy) {
   if (!std::isfinite(entropy)) return std::nullopt;  // the non-finite check reports those
-  const Band band = uniform_ - entropy < kUniformGap * uniform_ ? Band::Uniform
-                    : entropy < kZeroEntropy              ? Band::Zero
-                                                          : Band::Normal;
+  // A band is left only well clear of its edge (ten times the margin), so an entropy that
+  // hovers at the edge, as a policy that has solved its task does near zero, warns once.
+  const double uniform_gap = (band_ == Band::Uniform ? 10 : 1) * kUniformGap * uniform_;
+  const double zero_entropy = (band_ == Band::Zero ? 10 : 1) * kZeroEntropy;
+  const Band band = uniform_ - entropy < uniform_gap ? Band::Uniform
+                    : entropy < zero_entropy         ? Band::Zero
+                                                     : Band::Normal;
   const Band before = band_;
   band_ = band;
   if (before == Band::Unknown || band == before || band == Band::Normal) return std::nullopt;

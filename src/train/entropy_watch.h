@@ -1,8 +1,8 @@
 // A warning when the policy's mean token entropy collapses: up to log(vocab), where every
 // token is as likely as any other (the sampler draws noise), or down to zero, where it
 // samples one token whatever the reward (a too-large learning rate gives either).
-// Entering a band warns once; leaving it and coming back warns again. The first step only
-// sets where the policy starts.
+// Entering a band warns once; leaving it (well clear of its edge) and coming back warns
+// again. The first step only sets where the policy starts.
 #pragma once
 #include <cstdint>
 #include <optional>

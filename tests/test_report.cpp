@@ -159,6 +159,13 @@ TEST(Report, ChromiumRendersOneSpanPerTokenAndRecoloursByStatistic) {
   ASSERT_EQ(long_ratio.span_classes.size(), tokens);
   EXPECT_EQ(count_starting_with(long_ratio.span_classes, 100, 'd'), kLongSampleTokens) << "every token recoloured";
   EXPECT_EQ(long_ratio.text, long_entropy.text);
+  // The tooltip of the last token, in a block built in idle time, names that token.
+  const std::string tip = browser.evaluate(
+      "const spans = document.querySelectorAll('#tokens span');"
+      "spans[spans.length - 1].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+      "document.getElementById('tip').textContent");
+  EXPECT_NE(tip.find("completion token " + std::to_string(kLongSampleTokens - 1) + "\n"), std::string::npos) << tip;
+  EXPECT_NE(tip.find("importance ratio"), std::string::npos) << tip;
   for (const auto& [what, page] : {std::pair{"chosen", &long_entropy}, std::pair{"recoloured by the ratio", &long_ratio}})
     std::printf("report: a %zu-token sample %s: first paint of the box %s ms (%s), complete %s ms (headless Chromium)\n",
                 tokens, what, page->status.value("renderMs", "?").c_str(), page->status.value("renderSplit", "?").c_str(),

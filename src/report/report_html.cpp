@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -31,6 +32,21 @@ json rounded(const std::vector<float>& values) {
   return array;
 }
 
+// The lowest and highest of the values as the page reads them (rounded), of a - b where b
+// is given; null where none is finite. The page fixes a statistic's colour scale from
+// these, so it need not go over every token of a long sample before it paints.
+json range(const std::vector<float>& a, const std::vector<float>& b = {}) {
+  double low = INFINITY, high = -INFINITY;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const json x = rounded(a[i]), y = b.empty() ? json(0.0) : rounded(i < b.size() ? b[i] : NAN);
+    if (x.is_null() || y.is_null()) continue;
+    const double value = x.get<double>() - y.get<double>();
+    low = std::min(low, value);
+    high = std::max(high, value);
+  }
+  return low <= high ? json::array({low, high}) : json(nullptr);
+}
+
 json sample_json(const SampleRecord& sample) {
   return json{{"reward", rounded(sample.reward)},
               {"advantage", rounded(sample.advantage)},
@@ -40,7 +56,13 @@ json sample_json(const SampleRecord& sample) {
               {"rollout_lp", rounded(sample.rollout_logp)},
               {"train_lp", rounded(sample.train_logp)},
               {"entropy", rounded(sample.entropy)},
-              {"ref_lp", rounded(sample.reference_logp)}};
+              {"ref_lp", rounded(sample.reference_logp)},
+              {"ranges",
+               {{"diff", range(sample.train_logp, sample.rollout_logp)},
+                {"entropy", range(sample.entropy)},
+                {"rollout_lp", range(sample.rollout_logp)},
+                {"train_lp", range(sample.train_logp)},
+                {"ref_lp", range(sample.reference_logp)}}}};
 }
 
 json run_json(const RunFile& run, int64_t sample_steps) {

@@ -159,11 +159,19 @@ TEST(Report, ChromiumRendersOneSpanPerTokenAndRecoloursByStatistic) {
   ASSERT_EQ(long_ratio.span_classes.size(), tokens);
   EXPECT_EQ(count_starting_with(long_ratio.span_classes, 100, 'd'), kLongSampleTokens) << "every token recoloured";
   EXPECT_EQ(long_ratio.text, long_entropy.text);
+  // The ranges the report writes, from which the page fixes its colour scales, are those
+  // of the values the page holds.
+  EXPECT_EQ(browser.evaluate(
+                "(() => { const s = currentSample(), lowHigh = (values) => [Math.min(...values), Math.max(...values)];"
+                "  return JSON.stringify([lowHigh(s.train_lp.map((t, i) => t - s.rollout_lp[i])), lowHigh(s.entropy),"
+                "                         lowHigh(s.rollout_lp), lowHigh(s.train_lp)]); })()"),
+            browser.evaluate("(() => { const r = currentSample().ranges;"
+                             "  return JSON.stringify([r.diff, r.entropy, r.rollout_lp, r.train_lp]); })()"));
   // The tooltip of the last token, in a block built in idle time, names that token.
   const std::string tip = browser.evaluate(
-      "const spans = document.querySelectorAll('#tokens span');"
-      "spans[spans.length - 1].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
-      "document.getElementById('tip').textContent");
+      "(() => { const spans = document.querySelectorAll('#tokens span');"
+      "  spans[spans.length - 1].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+      "  return document.getElementById('tip').textContent; })()");
   EXPECT_NE(tip.find("completion token " + std::to_string(kLongSampleTokens - 1) + "\n"), std::string::npos) << tip;
   EXPECT_NE(tip.find("importance ratio"), std::string::npos) << tip;
   for (const auto& [what, page] : {std::pair{"chosen", &long_entropy}, std::pair{"recoloured by the ratio", &long_ratio}})

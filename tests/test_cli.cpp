@@ -276,6 +276,31 @@ TEST(Cli, CheckpointNamesTheOptimizerState) {
   EXPECT_NE(resumed.output.find("'adamw.exp_avg.model.layers.0."), std::string::npos) << resumed.output;
 }
 
+// A micro-batch holds whole sequences: one smaller than a sequence (prompt + completion)
+// is a deck error naming the minimum, on --check and before a run allocates anything. A
+// micro-batch of that minimum runs, though it holds fewer sequences than the step's 128.
+TEST(Cli, MicroBatchBelowOneSequenceExitsTwoNamingTheMinimum) {
+  TempDir dir;
+  const auto deck = dir / "micro.deck";
+  tandem::testing::write_text(deck, "[grpo]\nmax-new-tokens = 6\n\n[train]\nmicro-batch-tokens = 8\n");
+  int64_t minimum = 0;
+  for (const std::string& mode : {"--check ", ""}) {
+    const auto result = run_command(tandem_cmd(mode + deck.string() + " " + short_run(dir, "m", 4)));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    const std::string expected = deck.string() + ":5: key 'train.micro-batch-tokens': 8 tokens do not hold one sequence: at least ";
+    const size_t at = result.output.find(expected);
+    ASSERT_NE(at, std::string::npos) << result.output;
+    minimum = std::stoll(result.output.substr(at + expected.size()));
+    EXPECT_NE(result.output.find("+ grpo.max-new-tokens = 6)"), std::string::npos) << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "m")) << "refused before the run started";
+  }
+  EXPECT_GT(minimum, 6);
+  EXPECT_EQ(run_command(tandem_cmd("--check " + deck.string() + " --train.micro-batch-tokens=" + std::to_string(minimum))).exit_code, 0);
+  const auto run = run_command(tandem_cmd(deck.string() + " " + short_run(dir, "m", 2) + " --sft.steps=1 --train.micro-batch-tokens=" +
+                                          std::to_string(minimum)));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
 TEST(Cli, BadBetasExitTwoNamingTheKey) {
   const auto result = run_command(tandem_cmd("--check --optimizer.betas=0.9"));
   EXPECT_EQ(result.exit_code, 2) << result.output;
@@ -449,6 +474,22 @@ TEST(Cli, JsonlPromptFileErrorsAreDeckErrors) {
   EXPECT_NE(incomplete.output.find("key 'model.path': missing file " + (dir / "model" / "tokenizer.json").string()),
             std::string::npos)
       << incomplete.output;
+}
+
+// A pretrained model's prompts go through its chat template, read at start-up: there, on
+// every rank together, a micro-batch below one sequence stops the job with exit 2.
+TEST(Cli, MicroBatchBelowAPretrainedSequenceStopsTheStart) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "model");
+  tandem::testing::write_tiny_hf_model(dir / "model");
+  tandem::testing::write_text(dir / "prompts.jsonl", kPrompts);
+  const std::string small = " --train.micro-batch-tokens=8 --grpo.max-new-tokens=4";
+  EXPECT_EQ(run_command(tandem_cmd("--check " + pretrained_run(dir, "small") + small)).exit_code, 0);
+  const auto result = run_command(mpirun(2) + tandem_cmd(pretrained_run(dir, "small") + small));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("command line: key 'train.micro-batch-tokens': 8 tokens do not hold one sequence: at least "),
+            std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("rank 1:"), std::string::npos) << "every rank alike, said once\n" << result.output;
 }
 
 // The real-model deck checks as shipped (--check leaves the model folder alone: it may be

@@ -209,6 +209,10 @@ TEST(Cli, RestartWithMuonAndStateOnDiskIsBitExact) {
 TEST(Cli, RestartWithStateOnHostIsBitExact) {
   expect_restart_is_bit_exact(" --optimizer.state=host --optimizer.chunk-bytes=4KiB");
 }
+// Muon's chunks hold whole matrices: a slot of 4 KiB grows to the largest one.
+TEST(Cli, RestartWithMuonAndStateOnHostIsBitExact) {
+  expect_restart_is_bit_exact(" --optimizer.name=muon --optimizer.state=host --optimizer.chunk-bytes=4KiB");
+}
 
 // optimizer.state = disk: the same run as with the state beside the weights, bit for bit;
 // the state file is gone at the end and the run file has the resident-memory figures.

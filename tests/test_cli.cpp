@@ -41,6 +41,20 @@ TEST(Cli, HelpListsEveryOptionBySection) {
     EXPECT_NE(result.output.find(text), std::string::npos) << text << "\n" << result.output;
 }
 
+// The revision is refreshed at every build, not only when cmake configures: the binary
+// names the checkout's HEAD, "-dirty" when tracked files differ from it.
+TEST(Cli, VersionNamesTheRevisionOfTheCheckout) {
+  const std::string git = "git -C " + tandem::testing::source_dir().string();
+  const auto head = run_command(git + " rev-parse --short=12 HEAD 2>/dev/null");
+  if (head.exit_code != 0 || tandem::testing::tandem_binary() == "tandem")
+    GTEST_SKIP() << "not a build from a git checkout";
+  const bool dirty = !run_command(git + " status --porcelain --untracked-files=no").output.empty();
+  const std::string revision = head.output.substr(0, head.output.find('\n')) + (dirty ? "-dirty" : "");
+  const auto version = run_command(tandem_cmd("--version"));
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find(" (" + revision + ")\n"), std::string::npos) << version.output << "expected " << revision;
+}
+
 TEST(Cli, CheckPrintsTheResolvedDeckWithOverrides) {
   TempDir dir;
   tandem::testing::write_text(dir / "x.deck", "[run]\nsteps = 7\n");

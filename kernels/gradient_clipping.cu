@@ -2,23 +2,13 @@
 
 #include <algorithm>
 
+#include "block_sum.cuh"
+
 namespace tandem::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-// Sums the block's values in a fixed order; thread 0 gets the total.
-__device__ double block_sum(double value) {
-  __shared__ double shared[kThreads];
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  return shared[0];
-}
 
 __global__ void partial_square_sums(double* partials, const float* data, size_t count) {
   double sum = 0;
@@ -27,14 +17,14 @@ __global__ void partial_square_sums(double* partials, const float* data, size_t 
     const double x = data[i];
     sum += x * x;
   }
-  const double total = block_sum(sum);
+  const double total = block_sum<kThreads>(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 __global__ void sum_partials(double* result, const double* partials) {
   double sum = 0;
   for (int i = threadIdx.x; i < kSquareSumBlocks; i += kThreads) sum += partials[i];
-  const double total = block_sum(sum);
+  const double total = block_sum<kThreads>(sum);
   if (threadIdx.x == 0) *result = total;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "block_sum.cuh"
 #include "muon.cuh"
 
 namespace tandem::cuda {
@@ -33,17 +34,6 @@ __device__ size_t oriented_index(size_t i, bool transposed, int64_t m, int64_t n
   return (i % cols) * rows + i / cols;
 }
 
-__device__ double block_sum(double value) {
-  __shared__ double shared[kThreads];
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  return shared[0];
-}
-
 // The Nesterov update, in the CPU twin's rounding order.
 __device__ float nesterov(float g, float buf, float momentum) {
   return __fadd_rn(__fmul_rn(__fsub_rn(1.0f, momentum), g), __fmul_rn(momentum, buf));
@@ -63,7 +53,7 @@ __global__ void momentum_kernel(const int64_t* table, const int64_t* momentum_ta
     const double u = nesterov(g[i], b, beta);
     sum += u * u;
   }
-  const double total = block_sum(sum);
+  const double total = block_sum<kThreads>(sum);
   if (threadIdx.x == 0) partials[blockIdx.y * kNormBlocks + blockIdx.x] = total;
 }
 

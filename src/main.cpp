@@ -19,6 +19,7 @@
 #include "deck/deck.h"
 #include "deck/same_deck_on_ranks.h"
 #include "driver/default_deck.h"
+#include "driver/run_deck_schema.h"
 #include "driver/run_job.h"
 #include "export/export_command.h"
 #include "inspect/inspect_command.h"
@@ -72,8 +73,10 @@ Arguments parse_arguments(int argc, char** argv) {
 }
 
 tandem::Deck load_deck(const Arguments& args) {
-  if (args.deck_path.empty()) return tandem::Deck::load_text(tandem::embedded_default_deck(), "<embedded default deck>", args.overrides);
-  return tandem::Deck::load_file(args.deck_path, args.overrides);
+  if (args.deck_path.empty())
+    return tandem::Deck::load_text(tandem::embedded_default_deck(), "<embedded default deck>", args.overrides,
+                                   tandem::run_deck_schema());
+  return tandem::Deck::load_file(args.deck_path, args.overrides, tandem::run_deck_schema());
 }
 
 }  // namespace

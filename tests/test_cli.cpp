@@ -41,6 +41,20 @@ TEST(Cli, HelpListsEveryOptionBySection) {
     EXPECT_NE(result.output.find(text), std::string::npos) << text << "\n" << result.output;
 }
 
+// The revision is refreshed at every build, not only when cmake configures: the binary
+// names the checkout's HEAD, "-dirty" when tracked files differ from it.
+TEST(Cli, VersionNamesTheRevisionOfTheCheckout) {
+  const std::string git = "git -C " + tandem::testing::source_dir().string();
+  const auto head = run_command(git + " rev-parse --short=12 HEAD 2>/dev/null");
+  if (head.exit_code != 0 || tandem::testing::tandem_binary() == "tandem")
+    GTEST_SKIP() << "not a build from a git checkout";
+  const bool dirty = !run_command(git + " status --porcelain --untracked-files=no").output.empty();
+  const std::string revision = head.output.substr(0, head.output.find('\n')) + (dirty ? "-dirty" : "");
+  const auto version = run_command(tandem_cmd("--version"));
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find(" (" + revision + ")\n"), std::string::npos) << version.output << "expected " << revision;
+}
+
 TEST(Cli, CheckPrintsTheResolvedDeckWithOverrides) {
   TempDir dir;
   tandem::testing::write_text(dir / "x.deck", "[run]\nsteps = 7\n");
@@ -166,10 +180,13 @@ TEST(Cli, TwoRanksRunUnderMpirun) {
 }
 
 // The embedded default's recipe, shortened: the supervised warm-up teaches the format,
-// then GRPO alone must raise the reward well above where the warm-up left it.
+// then GRPO alone must raise the reward well above where the warm-up left it. One CPU
+// thread: this model is too small for a second to shorten a step, and its OpenMP spin-wait
+// doubled the CPU time a step costs on a loaded 2-core CI machine (the run is the same:
+// every reward and loss equal to the 2-thread run's).
 static void expect_grpo_raises_the_reward(const std::string& extra, size_t steps, size_t sft_steps) {
   TempDir dir;
-  const auto result = run_command(tandem_cmd("--world.device=cpu --run.output-dir=" + dir.path().string() +
+  const auto result = run_command(tandem_cmd("--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() +
                                              " --run.name=learn --run.steps=" + std::to_string(steps) + " --sft.steps=" +
                                              std::to_string(sft_steps) + " --run.checkpoint-every=0" + extra));
   ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -208,6 +225,10 @@ TEST(Cli, RestartWithMuonAndStateOnDiskIsBitExact) {
 // The state in host memory, streamed in chunks of 4 KiB (hundreds of chunks per step).
 TEST(Cli, RestartWithStateOnHostIsBitExact) {
   expect_restart_is_bit_exact(" --optimizer.state=host --optimizer.chunk-bytes=4KiB");
+}
+// Muon's chunks hold whole matrices: a slot of 4 KiB grows to the largest one.
+TEST(Cli, RestartWithMuonAndStateOnHostIsBitExact) {
+  expect_restart_is_bit_exact(" --optimizer.name=muon --optimizer.state=host --optimizer.chunk-bytes=4KiB");
 }
 
 // optimizer.state = disk: the same run as with the state beside the weights, bit for bit;
@@ -274,6 +295,31 @@ TEST(Cli, CheckpointNamesTheOptimizerState) {
   const auto resumed = run_command(tandem_cmd(short_run(dir, "m", 4)));
   EXPECT_NE(resumed.exit_code, 0);
   EXPECT_NE(resumed.output.find("'adamw.exp_avg.model.layers.0."), std::string::npos) << resumed.output;
+}
+
+// A micro-batch holds whole sequences: one smaller than a sequence (prompt + completion)
+// is a deck error naming the minimum, on --check and before a run allocates anything. A
+// micro-batch of that minimum runs, though it holds fewer sequences than the step's 128.
+TEST(Cli, MicroBatchBelowOneSequenceExitsTwoNamingTheMinimum) {
+  TempDir dir;
+  const auto deck = dir / "micro.deck";
+  tandem::testing::write_text(deck, "[grpo]\nmax-new-tokens = 6\n\n[train]\nmicro-batch-tokens = 8\n");
+  int64_t minimum = 0;
+  for (const std::string& mode : {"--check ", ""}) {
+    const auto result = run_command(tandem_cmd(mode + deck.string() + " " + short_run(dir, "m", 4)));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    const std::string expected = deck.string() + ":5: key 'train.micro-batch-tokens': 8 tokens do not hold one sequence: at least ";
+    const size_t at = result.output.find(expected);
+    ASSERT_NE(at, std::string::npos) << result.output;
+    minimum = std::stoll(result.output.substr(at + expected.size()));
+    EXPECT_NE(result.output.find("+ grpo.max-new-tokens = 6)"), std::string::npos) << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "m")) << "refused before the run started";
+  }
+  EXPECT_GT(minimum, 6);
+  EXPECT_EQ(run_command(tandem_cmd("--check " + deck.string() + " --train.micro-batch-tokens=" + std::to_string(minimum))).exit_code, 0);
+  const auto run = run_command(tandem_cmd(deck.string() + " " + short_run(dir, "m", 2) + " --sft.steps=1 --train.micro-batch-tokens=" +
+                                          std::to_string(minimum)));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
 }
 
 TEST(Cli, BadBetasExitTwoNamingTheKey) {
@@ -449,6 +495,22 @@ TEST(Cli, JsonlPromptFileErrorsAreDeckErrors) {
   EXPECT_NE(incomplete.output.find("key 'model.path': missing file " + (dir / "model" / "tokenizer.json").string()),
             std::string::npos)
       << incomplete.output;
+}
+
+// A pretrained model's prompts go through its chat template, read at start-up: there, on
+// every rank together, a micro-batch below one sequence stops the job with exit 2.
+TEST(Cli, MicroBatchBelowAPretrainedSequenceStopsTheStart) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "model");
+  tandem::testing::write_tiny_hf_model(dir / "model");
+  tandem::testing::write_text(dir / "prompts.jsonl", kPrompts);
+  const std::string small = " --train.micro-batch-tokens=8 --grpo.max-new-tokens=4";
+  EXPECT_EQ(run_command(tandem_cmd("--check " + pretrained_run(dir, "small") + small)).exit_code, 0);
+  const auto result = run_command(mpirun(2) + tandem_cmd(pretrained_run(dir, "small") + small));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("command line: key 'train.micro-batch-tokens': 8 tokens do not hold one sequence: at least "),
+            std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("rank 1:"), std::string::npos) << "every rank alike, said once\n" << result.output;
 }
 
 // The real-model deck checks as shipped (--check leaves the model folder alone: it may be

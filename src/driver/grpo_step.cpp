@@ -6,70 +6,17 @@
 #include "driver/colocated_memory.h"
 #include "driver/model_from_deck.h"
 #include "driver/optimizer_from_deck.h"
-#include "tasks/arithmetic_task.h"
-#include "tasks/countdown_task.h"
-#include "tasks/jsonl_task.h"
+#include "driver/run_deck_schema.h"
+#include "driver/task_from_deck.h"
 #include "tensor/device_copy.h"
 #include "train/dynamic_sampling.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
 #include "world/log.h"
 #include "world/stall_guard.h"
+#include "world/world.h"
 
 namespace tandem {
-
-namespace {
-
-std::unique_ptr<Task> make_task(const Deck& deck) {
-  const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
-  // A pretrained model is asked in sentences and answers in tags; a model from scratch
-  // reads the compact form through its character tokenizer.
-  const PromptStyle style = deck.get<std::string>("model.path").empty() ? PromptStyle::Compact : PromptStyle::Instruct;
-  const std::string name = deck.get<std::string>("task.name");
-  if (name == "jsonl") {
-    JsonlTaskSettings settings;
-    settings.path = deck.get<std::string>("task.path");
-    settings.match = answer_match_from_name(deck.get<std::string>("task.reward"));
-    settings.seed = seed;
-    return std::make_unique<JsonlTask>(settings);
-  }
-  if (name == "countdown") {
-    CountdownSettings settings;
-    settings.seed = seed;
-    settings.numbers = static_cast<int>(deck.get<int64_t>("task.numbers"));
-    settings.max_number = deck.get<int64_t>("task.max-number");
-    settings.max_target = deck.get<int64_t>("task.max-target");
-    settings.style = style;
-    return std::make_unique<CountdownTask>(settings);
-  }
-  ArithmeticSettings settings;
-  settings.seed = seed;
-  settings.digits = static_cast<int>(deck.get<int64_t>("task.digits"));
-  settings.operations = deck.get<std::string>("task.operations");
-  settings.style = style;
-  return std::make_unique<ArithmeticTask>(settings);
-}
-
-PromptFormat make_prompt_format(const Deck& deck, const Task& task) {
-  const std::string path = deck.get<std::string>("model.path");
-  if (path.empty()) return PromptFormat::for_alphabet(task.alphabet());
-  ChatOptions chat;
-  chat.enable_thinking = deck.get<bool>("task.thinking");
-  return PromptFormat::from_hf_folder(path, chat);
-}
-
-// The longest prompt in ids: over every line of a prompt file, or over a sample of a
-// generated task's prompts with room for longer draws.
-int64_t longest_prompt(const Task& task, const PromptFormat& format) {
-  const auto* file = dynamic_cast<const JsonlTask*>(&task);
-  const uint64_t count = file ? file->size() : 64;
-  size_t longest = 0;
-  for (uint64_t i = 0; i < count; ++i)
-    longest = std::max(longest, format.input_ids(format.input_text(task.sample(i).text)).size());
-  return static_cast<int64_t>(longest) + (file ? 0 : 8);
-}
-
-}  // namespace
 
 size_t kv_cache_bytes(const Deck& deck, Device device) {
   const double fraction = deck.get<double>("rollout.kv-cache-fraction");
@@ -81,8 +28,8 @@ size_t kv_cache_bytes(const Deck& deck, Device device) {
 GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
                    MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm)
     : pool_(pool),
-      task_(make_task(deck)),
-      format_(make_prompt_format(deck, *task_)),
+      task_(task_from_deck(deck)),
+      format_(prompt_format_from_deck(deck, *task_)),
       prompts_per_step_(deck.get<int64_t>("task.prompts-per-step")),
       group_size_(deck.get<int64_t>("grpo.group-size")),
       sft_steps_(deck.get<int64_t>("sft.steps")),
@@ -114,7 +61,10 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   trainer_settings_.optimizer = optimizer_settings_from_deck(deck);
   trainer_settings_.micro_batch_tokens = deck.get<int64_t>("train.micro-batch-tokens");
 
-  const int64_t sequence_tokens = longest_prompt(*task_, format_) + sampling_.max_new_tokens;
+  const int64_t sequence_tokens = longest_prompt_tokens(*task_, format_) + sampling_.max_new_tokens;
+  // A pretrained model's prompts are only known here: before the engine and the trainer
+  // take their memory.
+  fail_together_on_error(comm, [&] { require_micro_batch_holds_a_sequence(deck, sequence_tokens); });
   const int64_t sequences = prompts_per_step_ * group_size_;
   // The engine and the trainer's forward run in the working dtype (FP32 on the CPU).
   const DType dtype = memory.working().dtype;
@@ -129,8 +79,9 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
                                      options, &format_.tokenizer());
   // Transient: the handoffs drop them between train phases instead of copying them.
   const int64_t micro_batch = trainer_settings_.micro_batch_tokens;
-  const ActivationCapacity capacity{micro_batch > 0 ? std::max(micro_batch, sequence_tokens) : sequences * sequence_tokens,
-                                    sequences};
+  // A micro-batch holds whole sequences (checked above), of one token or more each.
+  const int64_t capacity_tokens = micro_batch > 0 ? micro_batch : sequences * sequence_tokens;
+  const ActivationCapacity capacity{capacity_tokens, std::min(sequences, capacity_tokens)};
   activations_ = pool.allocate(tags::activations,
                                PolicyTrainer::activation_bytes(model, capacity, dtype, trainer_settings_.optimizer.kind),
                                "trainer.activations");

@@ -4,14 +4,12 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "io/safetensors.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
 #include "world/errors.h"
-#include "world/log.h"
 #include "world/world.h"
 
 namespace tandem {
@@ -22,25 +20,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Every rank joins; when any failed, every rank throws the same error, one line per
-// failing rank's problem: "<what>: rank 1: tensor ...".
-void fail_together_as(MPI_Comm comm, const std::string& what, const std::string& local_error, ExitCode code,
-                      const std::function<void()>& before_throw = {}) {
-  const std::vector<std::string> errors = all_gather_strings(comm, local_error);
-  std::string message;
-  for (size_t r = 0; r < errors.size(); ++r) {
-    std::istringstream lines(errors[r]);
-    for (std::string line; std::getline(lines, line);)
-      message += (message.empty() ? "" : "\n") + what + ": rank " + std::to_string(r) + ": " + line;
-  }
-  if (message.empty()) return;
-  if (before_throw) before_throw();
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) TLOG(error) << message;  // every rank throws the same message: log it once
-  throw RanksFailedError(code, message);
 }
 
 // The numbers of the version folders under root (weight_v000001 -> 1).
@@ -105,7 +84,7 @@ void DiskDeltaTransport::take_baseline() {
       error = std::string("cannot prepare the folder: ") + e.what();
     }
   }
-  fail_together_as(comm_, "disk-delta " + settings_.path.string(), error, kExitFailure);
+  fail_together(comm_, error, kExitFailure, "disk-delta " + settings_.path.string());
 
   baseline_.assign(layout_.slab_bytes(dtype_), std::byte{0});
   const auto& tensors = layout_.tensors();
@@ -121,7 +100,7 @@ void DiskDeltaTransport::take_baseline() {
           tensors[i].name, {dtype_, tensors[i].shape, baseline_of(tensors[i]).size(), true}, dtype_, tensors[i].shape);
       if (!mismatch.empty()) error += mismatch + "\n";
     }
-    fail_together_as(comm_, "disk-delta baseline", error, kExitBadInput);
+    fail_together(comm_, error, kExitBadInput, "disk-delta baseline");
     version_ = 0;
     return;
   }
@@ -144,7 +123,7 @@ void DiskDeltaTransport::take_baseline() {
   } catch (const std::exception& e) {
     error += e.what();
   }
-  fail_together_as(comm_, "disk-delta baseline", error, kExitBadInput);
+  fail_together(comm_, error, kExitBadInput, "disk-delta baseline");
   try {
     for (const ParameterInfo& info : tensors) {
       const std::span<const std::byte> bytes = checkpoint->file_of(info.name)->bytes(info.name);
@@ -153,7 +132,7 @@ void DiskDeltaTransport::take_baseline() {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  fail_together_as(comm_, "disk-delta baseline", error, kExitBadInput);
+  fail_together(comm_, error, kExitBadInput, "disk-delta baseline");
   copy_host_to_tensor(engine_weights(), baseline_.data());
   version_ = 0;
 }
@@ -163,10 +142,15 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
   const fs::path folder = delta_version_folder(settings_.path, version);
   const std::string file_name = delta_file_name(rank_, size_);
   const auto& tensors = layout_.tensors();
-  const auto discard = [&] {
-    if (rank_ != 0) return;
-    std::error_code ignored;  // the version is not published: its files must not linger either
-    fs::remove_all(folder, ignored);
+  // A failed version is not published: its files must not linger either.
+  const auto fail_publish_together = [&](const std::string& error) {
+    try {
+      fail_together(comm_, error, kExitFailure, "disk-delta publish of " + folder.string());
+    } catch (const RanksFailedError&) {
+      std::error_code ignored;
+      if (rank_ == 0) fs::remove_all(folder, ignored);
+      throw;
+    }
   };
 
   // Source side: encode this rank's share of the new weights, compress, write.
@@ -207,7 +191,7 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  fail_together_as(comm_, "disk-delta publish of " + folder.string(), error, kExitFailure, discard);
+  fail_publish_together(error);
   // Every rank's file is complete (the gather above): the index publishes the version.
   if (rank_ == 0) {
     try {
@@ -221,7 +205,7 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
       error = e.what();
     }
   }
-  fail_together_as(comm_, "disk-delta publish of " + folder.string(), error, kExitFailure, discard);
+  fail_publish_together(error);
   double source_seconds = seconds_since(start);
 
   // Engine side: read the published version, decode, verify, apply in place.
@@ -264,7 +248,7 @@ SyncReport DiskDeltaTransport::publish_and_apply() {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  fail_together_as(comm_, "disk-delta engine", error, kExitFailure);
+  fail_together(comm_, error, kExitFailure, "disk-delta engine");
   double engine_seconds = seconds_since(start);
   version_ = version;
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -29,23 +30,22 @@ std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mi
   return result;
 }
 
-void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code) {
+void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code, const std::string& context) {
   const auto errors = all_gather_strings(comm, local_error);
   const auto codes = all_gather_strings(comm, std::to_string(static_cast<int>(code)));
+  const auto failed = std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
+  if (failed == errors.end()) return;
+  const ExitCode first_code = static_cast<ExitCode>(std::stoi(codes[failed - errors.begin()]));
+  const std::string lead = context.empty() ? "" : context + ": ";
+  // Every rank failed alike (a bad deck, a missing file): the message once, no rank named.
+  const bool alike = std::all_of(errors.begin(), errors.end(), [&](const std::string& e) { return e == errors[0]; });
   std::string message;
-  int failed = 0;
-  ExitCode first_code = kExitDone;
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (errors[r].empty()) continue;
-    if (!failed) first_code = static_cast<ExitCode>(std::stoi(codes[r]));
-    ++failed;
-    message += "\n  rank " + std::to_string(r) + ": " + errors[r];
+  for (size_t r = 0; r < (alike ? 1 : errors.size()); ++r) {
+    std::istringstream lines(errors[r]);
+    for (std::string line; std::getline(lines, line);)
+      message += (message.empty() ? "" : "\n") + lead + (alike ? "" : "rank " + std::to_string(r) + ": ") + line;
   }
-  if (!failed) return;
-  // Every rank failed alike (a bad deck, a missing file): the message once.
-  if (failed == static_cast<int>(errors.size()) && std::all_of(errors.begin(), errors.end(), [&](const std::string& e) { return e == errors[0]; }))
-    throw RanksFailedError(first_code, errors[0]);
-  throw RanksFailedError(first_code, "failed on " + std::to_string(failed) + " of " + std::to_string(errors.size()) + " ranks:" + message);
+  throw RanksFailedError(first_code, message);
 }
 
 namespace {

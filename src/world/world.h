@@ -56,9 +56,11 @@ class World {
 
 // Collective: every rank passes its own error ("" when fine) and the exit code it calls
 // for. If any rank failed, every rank throws the same RanksFailedError with the first
-// failing rank's code and each failing rank's message, so no rank is left waiting in a
-// later collective.
-void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code = kExitFailure);
+// failing rank's code, so no rank is left waiting in a later collective. Its message is
+// the error once when every rank failed alike, else one line per line of each failing
+// rank's error, "rank 1: ...". A `context` ("disk-delta baseline") leads every line.
+void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code = kExitFailure,
+                   const std::string& context = {});
 
 // Runs `work` on every rank; an exception on any rank fails every rank together (above).
 template <class Work>

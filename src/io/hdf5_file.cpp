@@ -485,6 +485,35 @@ void Group::write_tensor(const std::string& name, const Tensor& tensor) const {
   write_shape_attribute(dataset.get(), tensor.shape, where);
 }
 
+Group::RawStorage Group::create_raw_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const {
+  validate_name(name, file_);
+  const std::string where = file_ + ": tensor " + quoted(name);
+  for (int64_t extent : shape)
+    if (extent < 0) throw std::invalid_argument(where + ": negative extent in shape " + shape_string(shape));
+  if (contains(name)) throw std::runtime_error(where + " already exists");
+  Handle type = file_type_of(dtype);
+  Handle space = shape.empty() ? scalar_space(where) : simple_space(std::vector<hsize_t>(shape.begin(), shape.end()), where);
+  Handle links = link_creation_with_parents(where);
+  Handle creation = checked(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, where + ": cannot create a property list");
+  check(H5Pset_layout(creation.get(), H5D_CONTIGUOUS), where + ": cannot ask for a contiguous layout");
+  // Early: the storage exists (and has its offset) before any H5Dwrite; never filled, so
+  // HDF5 writes nothing into it and the caller's bytes are the only ones there.
+  check(H5Pset_alloc_time(creation.get(), H5D_ALLOC_TIME_EARLY), where + ": cannot ask for early allocation");
+  check(H5Pset_fill_time(creation.get(), H5D_FILL_TIME_NEVER), where + ": cannot switch the fill off");
+  Handle dataset = checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), creation.get(), H5P_DEFAULT),
+                           H5Dclose, where + ": cannot create the dataset");
+  write_string_attribute(dataset.get(), "dtype", dtype_name(dtype), where);
+  write_shape_attribute(dataset.get(), shape, where);
+  RawStorage storage;
+  const hsize_t bytes = H5Dget_storage_size(dataset.get());
+  if (bytes == 0) return storage;
+  const haddr_t offset = H5Dget_offset(dataset.get());
+  if (offset == HADDR_UNDEF) fail(where + ": the dataset's storage has no file offset");
+  storage.offset = offset;
+  storage.bytes = bytes;
+  return storage;
+}
+
 TensorInfo Group::tensor_info(const std::string& name) const { return open_tensor(*this, name).info; }
 
 void Group::read_tensor(const std::string& name, const Tensor& destination) const {

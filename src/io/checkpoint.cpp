@@ -88,7 +88,6 @@ void write_contents(const std::filesystem::path& path, const CheckpointContents&
         throw std::invalid_argument(path.string() + ": tensor '" + name + "' is not a contiguous host tensor");
       storage.push_back(tensors.create_raw_tensor(name, tensor.dtype, tensor.shape));
     }
-    file.flush();
     DiskStream stream(path);
     std::vector<std::string> checksums;
     for (size_t t = 0; t < contents.tensors.size(); ++t) {
@@ -101,7 +100,7 @@ void write_contents(const std::filesystem::path& path, const CheckpointContents&
                                std::to_string(tensor.nbytes()));
       stream.write_at(storage[t].offset, tensor.data, tensor.nbytes());
     }
-    stream.finish();
+    stream.close();
     for (size_t t = 0; t < contents.tensors.size(); ++t)
       tensors.set_object_attribute(contents.tensors[t].first, kChecksumAttribute, checksums[t]);
   }

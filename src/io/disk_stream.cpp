@@ -72,10 +72,7 @@ void DiskStream::wait_for(Range range) {
   ::posix_fadvise(fd_, static_cast<off_t>(range.offset), static_cast<off_t>(range.bytes), POSIX_FADV_DONTNEED);
 }
 
-void DiskStream::finish() {
-  for (const Range& range : in_flight_) wait_for(range);
-  in_flight_.clear();
-  in_flight_bytes_ = 0;
+void DiskStream::close() {
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) fail(path_, "close failed", errno);

@@ -158,6 +158,9 @@ static std::vector<double> expect_restart_is_bit_exact(const std::string& extra)
 }
 
 TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) { expect_restart_is_bit_exact(""); }
+// The checkpoints above are written in the background (run.checkpoint-async's default);
+// the synchronous writer must restart as exactly.
+TEST(Cli, RestartFromSynchronousCheckpointsIsBitExact) { expect_restart_is_bit_exact(" --run.checkpoint-async=false"); }
 
 // Dynamic sampling draws a varying number of prompts per step: the prompt cursor in the
 // checkpoint is what lets the restart draw the same ones.

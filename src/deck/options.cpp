@@ -20,6 +20,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"run.report-sample-steps", Int, "8", "steps", "report.html's token view holds the samples of the latest this many steps that stored samples; 0 = all", at_least(0)},
       {"run.keep-checkpoints", Int, "3", "", "checkpoints kept in the run folder; older ones are deleted", at_least(1)},
       {"run.max-time", Seconds, "0", "", "stop cleanly with a checkpoint before this much time since the start has passed, allowing for a step and a checkpoint (like GROMACS -maxh); 0 = under Slurm the job's end time, else no limit", at_least(0)},
+      // Checkpoints off the step's critical path (issue 16)
+      {"run.checkpoint-async", Bool, "true", "", "write each checkpoint from a host snapshot on a background thread while training goes on; rank 0 then holds one host copy of the master weights and optimizer state (12 bytes a parameter under AdamW, pinned on CUDA) from the first checkpoint on. false = the step waits for the write"},
 
       {"world.device", Choice, "auto", "", "where to compute; auto = cuda when a GPU is visible, else cpu", {}, {"auto", "cpu", "cuda"}},
       {"world.log-level", Choice, "info", "", "least severe message written to the log", {}, {"trace", "debug", "info", "warning", "error"}},

@@ -129,6 +129,7 @@ MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const 
     run(HandoffPoint::BeforeSync);
     step.push_back(predicted("before_sync"));
   }
+  for (PhasePrediction& phase : step) phase.peak.host_rss += baseline.checkpoint_snapshot;
   phases_.insert(phases_.end(), step.begin(), step.end());
 }
 

@@ -25,6 +25,7 @@ namespace tandem {
 struct MemoryBaseline {
   size_t device_other = 0, host_other = 0;
   size_t startup_staging = 0;  // host bytes start-up holds for a moment: the weights being loaded
+  size_t checkpoint_snapshot = 0;  // host bytes every step may hold: the background checkpoint's snapshot
 };
 MemoryBaseline measure_baseline(const MemoryPool& pool);
 

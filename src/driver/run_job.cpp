@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "driver/checkpoint_writer.h"
 #include "driver/colocated_memory.h"
 #include "driver/grpo_step.h"
 #include "driver/handoff_plan.h"
@@ -100,6 +101,9 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"", ""});
   rows.push_back({"optimizer", deck.text("optimizer.name") + ", state on " + deck.text("optimizer.state")});
   rows.push_back({"master weights + optimizer state (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
+  rows.push_back({"checkpoint snapshot (rank 0, host)",
+                  format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
+                      (deck.get<bool>("run.checkpoint-async") ? " held from the first checkpoint on" : " during each checkpoint")});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
@@ -202,6 +206,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   // memory yet: predict, and refuse a plan the host cannot hold.
   MemoryBaseline baseline = measure_baseline(*pool);
   baseline.startup_staging = layout.slab_bytes(DType::F32);
+  if (root && deck.get<bool>("run.checkpoint-async")) baseline.checkpoint_snapshot = 3 * layout.slab_bytes(DType::F32);
   const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
   TLOG(info) << "\n" << plan.table();
   check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
@@ -268,6 +273,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
   const int64_t last_step = steps_per_job > 0 ? std::min(steps, step + steps_per_job) : steps;
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
+  CheckpointWriter checkpoint_writer({folder, keep, deck.get<bool>("run.checkpoint-async")}, trainer_checkpoint,
+                                     world->device());
   const OnNonFinite on_non_finite = on_non_finite_from_name(deck.get<std::string>("train.on-nonfinite"));
   EntropyWatch entropy_watch(model.vocab);
   int64_t skipped_steps = 0;
@@ -332,12 +339,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
       if (root) {
-        CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
-        const auto host = trainer_checkpoint.add_to(contents);
-        write_checkpoint_temporary(folder, contents);
+        checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);
         checkpoint_pending = true;
       }
-      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count());
+      // A stop must leave time for the writer to finish as well.
+      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
+                                         checkpoint_writer.longest_background_write_seconds());
     }
     {
       ScopedPhase phase(timers, "handoff");
@@ -413,6 +420,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
     metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
     if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
+    if (const auto written = root ? checkpoint_writer.take_finished_write() : std::nullopt)
+      metrics.push_back({"checkpoint/write_seconds", *written});  // at the step it is known
     metrics.push_back({"time/optimizer_step", trained.optimizer_seconds});
     if (trained.state_bytes_streamed)
       metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
@@ -422,8 +431,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));
       if (checkpoint_pending) {
         ScopedPhase phase(timers, "checkpoint");
-        save_run_file_copy(folder, step);
-        last_checkpoint = commit_checkpoint(folder, step, keep).string();
+        checkpoint_writer.publish();
       }
       if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder, report);
     }
@@ -438,6 +446,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     if (!sft)
       if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
         TLOG(warning) << *collapse;
+    if (stop_here && root) checkpoint_writer.wait();
     if (stop_here)
       throw RanksFailedError(kExitNumericalFailure,  // every rank saw the same norm
                              non_finite_text + "; the update was skipped and checkpoint " + checkpoint_file_name(step) +
@@ -446,6 +455,11 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
   set_log_step(-1);
+  if (root) {
+    ScopedPhase phase(timers, "checkpoint");
+    checkpoint_writer.wait();
+    last_checkpoint = checkpoint_writer.last_committed();
+  }
   if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);

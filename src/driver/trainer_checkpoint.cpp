@@ -34,16 +34,19 @@ void TrainerCheckpoint::read(const Checkpoint& checkpoint) const {
   }
 }
 
-std::vector<std::vector<float>> TrainerCheckpoint::add_to(CheckpointContents& contents) const {
-  std::vector<std::vector<float>> buffers(slabs_.size());
-  for (size_t s = 0; s < slabs_.size(); ++s) {
-    std::vector<float>& host = buffers[s];
-    host.resize(static_cast<size_t>(slabs_[s].memory.numel()));
-    copy_tensor_to_host(host.data(), slabs_[s].memory);
-    for (const auto& [name, info] : slabs_[s].tensors)
-      contents.tensors.push_back({name, Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape)});
+size_t TrainerCheckpoint::host_floats() const {
+  size_t floats = 0;
+  for (const Slab& slab : slabs_) floats += static_cast<size_t>(slab.memory.numel());
+  return floats;
+}
+
+void TrainerCheckpoint::add_to(CheckpointContents& contents, float* host) const {
+  for (const Slab& slab : slabs_) {
+    copy_tensor_to_host(host, slab.memory);
+    for (const auto& [name, info] : slab.tensors)
+      contents.tensors.push_back({name, Tensor::view(host + info->offset, DType::F32, Device::CPU, info->shape)});
+    host += slab.memory.numel();
   }
-  return buffers;
 }
 
 }  // namespace tandem

@@ -23,9 +23,11 @@ class TrainerCheckpoint {
   // Every slab from the checkpoint (parts no tensor covers become zero). Throws
   // BadInputError naming the file and tensor for a NaN or infinity.
   void read(const Checkpoint& checkpoint) const;
-  // Copies the slabs to host buffers and lists views of them in `contents`: the caller
-  // keeps the returned buffers until the checkpoint is written.
-  [[nodiscard]] std::vector<std::vector<float>> add_to(CheckpointContents& contents) const;
+  // The floats add_to copies: every slab, end to end.
+  size_t host_floats() const;
+  // Copies the slabs into `host` (host_floats() floats) and lists views of it in
+  // `contents`: the caller keeps `host` until the checkpoint is written.
+  void add_to(CheckpointContents& contents, float* host) const;
 
  private:
   struct Slab {

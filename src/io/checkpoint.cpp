@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "io/checksum.h"
+#include "io/disk_stream.h"
 #include "io/durable_file.h"
 #include "world/errors.h"
 #include "world/version.h"
@@ -56,7 +57,7 @@ std::string rank_entry(size_t rank) {
   return text;
 }
 
-void write_contents(const std::filesystem::path& path, const CheckpointContents& contents) {
+void write_contents(const std::filesystem::path& path, const CheckpointContents& contents, std::stop_token stop) {
   hdf5::File file = hdf5::File::create(path);
   file.set_attribute("format", kFormat);
   file.set_attribute("format_version", kFormatVersion);
@@ -77,11 +78,31 @@ void write_contents(const std::filesystem::path& path, const CheckpointContents&
     }
   }
   {
+    // The tensors' bytes go straight into storage HDF5 allocated for them, in large
+    // writes paced to the disk (disk_stream.h) and outside HDF5's lock, so a run file
+    // written meanwhile by another thread does not wait for them.
     const hdf5::Group tensors = file.create_group("tensors");
+    std::vector<hdf5::Group::RawStorage> storage;
     for (const auto& [name, tensor] : contents.tensors) {
-      tensors.write_tensor(name, tensor);
-      tensors.set_object_attribute(name, kChecksumAttribute, xxh3_64_hex(tensor.data, tensor.nbytes()));
+      if (tensor.device != Device::CPU || !tensor.is_contiguous())
+        throw std::invalid_argument(path.string() + ": tensor '" + name + "' is not a contiguous host tensor");
+      storage.push_back(tensors.create_raw_tensor(name, tensor.dtype, tensor.shape));
     }
+    DiskStream stream(path);
+    std::vector<std::string> checksums;
+    for (size_t t = 0; t < contents.tensors.size(); ++t) {
+      if (stop.stop_requested()) throw CheckpointAbandoned(path.string() + ": abandoned before it was complete");
+      const Tensor& tensor = contents.tensors[t].second;
+      checksums.push_back(xxh3_64_hex(tensor.data, tensor.nbytes()));
+      if (storage[t].bytes != tensor.nbytes())
+        throw std::logic_error(path.string() + ": tensor '" + contents.tensors[t].first + "' has " +
+                               std::to_string(storage[t].bytes) + " bytes of storage for " +
+                               std::to_string(tensor.nbytes()));
+      stream.write_at(storage[t].offset, tensor.data, tensor.nbytes());
+    }
+    stream.close();
+    for (size_t t = 0; t < contents.tensors.size(); ++t)
+      tensors.set_object_attribute(contents.tensors[t].first, kChecksumAttribute, checksums[t]);
   }
   file.set_attribute("complete", int64_t{1});
   file.flush();
@@ -170,14 +191,14 @@ void verify_checksum(const hdf5::Group& group, const std::string& name, const vo
 std::string checkpoint_file_name(int64_t step) { return "ckpt_" + padded_step(step) + ".h5"; }
 
 std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder,
-                                                 const CheckpointContents& contents) {
+                                                 const CheckpointContents& contents, std::stop_token stop) {
   if (contents.step < 0)
     throw std::invalid_argument(folder.string() + ": checkpoint step " + std::to_string(contents.step) +
                                 " is negative");
   std::filesystem::create_directories(folder);
   const std::filesystem::path temporary = temporary_path(folder, contents.step);
   try {
-    write_contents(temporary, contents);
+    write_contents(temporary, contents, stop);
     fsync_path(temporary, false);
   } catch (...) {
     std::error_code ignored;

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,10 +42,16 @@ struct CheckpointContents {
 std::string checkpoint_file_name(int64_t step);  // "ckpt_00000010.h5"
 std::string checkpoint_companion_name(const std::string& what, int64_t step);  // "run.ckpt_00000010.h5"
 
+// What write_checkpoint_temporary throws when `stop` asked it to give up.
+struct CheckpointAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Stage 1: the whole checkpoint under its temporary name, closed and fsynced. Returns
-// that path. On failure the temporary file is removed and the error rethrown.
+// that path. On failure the temporary file is removed and the error rethrown; a stop
+// requested through `stop` ends it between two tensors (CheckpointAbandoned).
 std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder,
-                                                 const CheckpointContents& contents);
+                                                 const CheckpointContents& contents, std::stop_token stop = {});
 // Stage 2: renames the temporary of `step` into place, fsyncs the folder, then removes
 // stale temporaries and complete checkpoints beyond the newest `keep_last` (0 keeps all).
 // Checkpoints of steps after `step` are removed too: they belong to the timeline that a

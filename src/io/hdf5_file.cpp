@@ -37,6 +37,14 @@ Handle link_creation_with_parents(const std::string& where) {
   return list;
 }
 
+// Objects without modification times: the same contents make the same bytes, so two
+// checkpoints of one state (a background and a synchronous write) are identical files.
+Handle untimed_creation(hid_t list_class, const std::string& where) {
+  Handle list = checked(H5Pcreate(list_class), H5Pclose, where + ": cannot create a property list");
+  check(H5Pset_obj_track_times(list.get(), 0), where + ": cannot switch modification times off");
+  return list;
+}
+
 Handle utf8_string_type(const std::string& where) {
   Handle type = checked(H5Tcopy(H5T_C_S1), H5Tclose, where + ": cannot copy the string type");
   check(H5Tset_size(type.get(), H5T_VARIABLE), where + ": cannot make a variable-length string type");
@@ -168,8 +176,9 @@ void write_string_dataset(const Group& group, const std::string& name, const std
   validate_name(name, group.file());
   Handle type = utf8_string_type(where);
   Handle links = link_creation_with_parents(where);
+  Handle creation = untimed_creation(H5P_DATASET_CREATE, where);
   Handle dataset =
-      checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT),
+      checked(H5Dcreate2(group.id(), name.c_str(), type.get(), space.get(), links.get(), creation.get(), H5P_DEFAULT),
               H5Dclose, where + ": cannot create the dataset");
   std::vector<const char*> pointers;
   for (const auto& text : texts) pointers.push_back(text.c_str());
@@ -354,7 +363,8 @@ Group Group::group(const std::string& name) const {
 Group Group::create_group(const std::string& name) const {
   validate_name(name, file_);
   Handle links = link_creation_with_parents(file_);
-  return Group(checked(H5Gcreate2(id(), name.c_str(), links.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+  Handle creation = untimed_creation(H5P_GROUP_CREATE, file_);
+  return Group(checked(H5Gcreate2(id(), name.c_str(), links.get(), creation.get(), H5P_DEFAULT), H5Gclose,
                        file_ + ": cannot create group " + describe(name)),
                file_, describe(name));
 }
@@ -475,14 +485,44 @@ void Group::write_tensor(const std::string& name, const Tensor& tensor) const {
                      ? scalar_space(where)
                      : simple_space(std::vector<hsize_t>(tensor.shape.begin(), tensor.shape.end()), where);
   Handle links = link_creation_with_parents(where);
+  Handle creation = untimed_creation(H5P_DATASET_CREATE, where);
   Handle dataset =
-      checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+      checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), creation.get(), H5P_DEFAULT), H5Dclose,
               where + ": cannot create the dataset");
   if (tensor.numel() > 0)
     check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data),
           where + ": cannot write the data");
   write_string_attribute(dataset.get(), "dtype", dtype_name(tensor.dtype), where);
   write_shape_attribute(dataset.get(), tensor.shape, where);
+}
+
+Group::RawStorage Group::create_raw_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const {
+  validate_name(name, file_);
+  const std::string where = file_ + ": tensor " + quoted(name);
+  for (int64_t extent : shape)
+    if (extent < 0) throw std::invalid_argument(where + ": negative extent in shape " + shape_string(shape));
+  if (contains(name)) throw std::runtime_error(where + " already exists");
+  Handle type = file_type_of(dtype);
+  Handle space = shape.empty() ? scalar_space(where) : simple_space(std::vector<hsize_t>(shape.begin(), shape.end()), where);
+  Handle links = link_creation_with_parents(where);
+  Handle creation = untimed_creation(H5P_DATASET_CREATE, where);
+  check(H5Pset_layout(creation.get(), H5D_CONTIGUOUS), where + ": cannot ask for a contiguous layout");
+  // Early: the storage exists (and has its offset) before any H5Dwrite; never filled, so
+  // HDF5 writes nothing into it and the caller's bytes are the only ones there.
+  check(H5Pset_alloc_time(creation.get(), H5D_ALLOC_TIME_EARLY), where + ": cannot ask for early allocation");
+  check(H5Pset_fill_time(creation.get(), H5D_FILL_TIME_NEVER), where + ": cannot switch the fill off");
+  Handle dataset = checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), links.get(), creation.get(), H5P_DEFAULT),
+                           H5Dclose, where + ": cannot create the dataset");
+  write_string_attribute(dataset.get(), "dtype", dtype_name(dtype), where);
+  write_shape_attribute(dataset.get(), shape, where);
+  RawStorage storage;
+  const hsize_t bytes = H5Dget_storage_size(dataset.get());
+  if (bytes == 0) return storage;
+  const haddr_t offset = H5Dget_offset(dataset.get());
+  if (offset == HADDR_UNDEF) fail(where + ": the dataset's storage has no file offset");
+  storage.offset = offset;
+  storage.bytes = bytes;
+  return storage;
 }
 
 TensorInfo Group::tensor_info(const std::string& name) const { return open_tensor(*this, name).info; }

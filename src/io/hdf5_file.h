@@ -98,6 +98,16 @@ class Group {
 
   // `tensor` must be a contiguous CPU tensor; the dataset gets attributes dtype and shape.
   void write_tensor(const std::string& name, const Tensor& tensor) const;
+  // A tensor's dataset (dtype and shape attributes as write_tensor) whose contiguous
+  // storage is allocated now, never filled by HDF5, and left for the caller to write
+  // straight into the file at the returned byte offset, `bytes` long, while the file is
+  // still open (large writes at the disk's rate, outside HDF5's global lock). Returns
+  // bytes = 0 (and no offset) for an empty tensor.
+  struct RawStorage {
+    uint64_t offset = 0;
+    size_t bytes = 0;
+  };
+  RawStorage create_raw_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
   TensorInfo tensor_info(const std::string& name) const;
   // Fills `destination` (contiguous CPU memory) after checking that the stored dtype and
   // shape are the ones it describes; a mismatch names the file, the tensor, both values.

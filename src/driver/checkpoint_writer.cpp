@@ -1,0 +1,83 @@
+#include "driver/checkpoint_writer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "io/run_file_copy.h"
+
+namespace tandem {
+
+CheckpointWriter::CheckpointWriter(CheckpointWriterSettings settings, const TrainerCheckpoint& trainer, Device device)
+    : settings_(std::move(settings)), trainer_(trainer), device_(device) {}
+
+// Before any member the writer uses goes: write_checkpoint_temporary gives up between
+// two tensors and removes its temporary; a failure here has no one to go to.
+CheckpointWriter::~CheckpointWriter() {
+  if (!thread_.joinable()) return;
+  thread_.request_stop();
+  thread_.join();
+}
+
+void CheckpointWriter::join() {
+  if (!thread_.joinable()) return;
+  thread_.join();
+  finished_ = false;
+  if (!committed_in_thread_.empty()) last_committed_ = std::exchange(committed_in_thread_, "");
+  longest_write_ = std::max(longest_write_, write_seconds_);
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+void CheckpointWriter::wait() { join(); }
+
+std::optional<double> CheckpointWriter::take_finished_write() {
+  if (thread_.joinable() && finished_) join();
+  if (write_reported_) return std::nullopt;
+  write_reported_ = true;
+  return write_seconds_;
+}
+
+void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::string& deck_text,
+                                std::vector<std::string> rng_states) {
+  join();
+  const size_t bytes = trainer_.host_floats() * sizeof(float);
+  // Pinned and kept in the background mode (the copy then runs at the bus's rate and
+  // pays for the allocation once); plain memory for one checkpoint otherwise.
+  if (!buffer_ || buffer_->bytes() != bytes)
+    buffer_ = std::make_unique<PinnedMemory>(bytes, settings_.background ? device_ : Device::CPU);
+  contents_ = CheckpointContents{step, data_cursor, deck_text, std::move(rng_states), {}};
+  trainer_.add_to(contents_, static_cast<float*>(buffer_->data()));
+  if (!settings_.background) {
+    const auto start = std::chrono::steady_clock::now();
+    write_checkpoint_temporary(settings_.folder, contents_);
+    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    write_reported_ = false;
+    buffer_.reset();
+  }
+  snapshot_pending_ = true;
+}
+
+void CheckpointWriter::publish() {
+  if (!snapshot_pending_) return;
+  snapshot_pending_ = false;
+  save_run_file_copy(settings_.folder, contents_.step);
+  if (!settings_.background) {
+    last_committed_ = commit_checkpoint(settings_.folder, contents_.step, settings_.keep_last).string();
+    return;
+  }
+  write_reported_ = false;
+  thread_ = std::jthread([this](std::stop_token stop) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      write_checkpoint_temporary(settings_.folder, contents_, stop);
+      // A stop asked for after the last tensor still publishes: the file is whole.
+      committed_in_thread_ = commit_checkpoint(settings_.folder, contents_.step, settings_.keep_last).string();
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    finished_ = true;
+  });
+}
+
+}  // namespace tandem

@@ -126,6 +126,16 @@ void kv_cache_holds_one_block(const Deck& deck) {
                       " bytes for this model in " + dtype_name(smallest) + ")");
 }
 
+// ZeRO-1 keeps no whole copy of the FP32 master weights that the copy and disk-delta
+// transports convert from: the all-gathered working copy, which the engine reads, is the
+// one whole-slab copy of the weights.
+void shard_optimizer_needs_alias_transport(const Deck& deck) {
+  if (!deck.get<bool>("train.shard-optimizer") || deck.get<std::string>("sync.transport") == "alias") return;
+  contradiction(deck, {"train.shard-optimizer", "sync.transport"},
+                "train.shard-optimizer = true needs sync.transport = alias (the engine reads the all-gathered "
+                "working copy; copy and disk-delta convert from whole master weights, which no rank holds)");
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -138,6 +148,7 @@ const std::vector<DeckRule>& tandem_rules() {
       run_name_is_a_plain_name,
       group_size_gives_advantages,
       kv_cache_holds_one_block,
+      shard_optimizer_needs_alias_transport,
   };
   return rules;
 }

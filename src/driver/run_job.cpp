@@ -28,7 +28,6 @@
 #include "train/entropy_watch.h"
 #include "world/errors.h"
 #include "report/report_html.h"
-#include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
 #include "world/log.h"
@@ -78,7 +77,7 @@ DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path
 }
 
 std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
-                          DType working_dtype, const fs::path& folder) {
+                          DType working_dtype, const fs::path& folder, const SlabShards& shard) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"version", std::string(tandem_version()) + " (" + tandem_git_revision() + ")"},
       {"run folder", folder.string()},
@@ -99,7 +98,11 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"working dtype", dtype_name(working_dtype)});
   rows.push_back({"", ""});
   rows.push_back({"optimizer", deck.text("optimizer.name") + ", state on " + deck.text("optimizer.state")});
-  rows.push_back({"master weights + optimizer state (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
+  rows.push_back({"master weights + optimizer state (FP32)",
+                  format_bytes(3.0 * static_cast<double>(shard.elements()) * sizeof(float)) +
+                      (shard.ranks() > 1 ? " on this rank, its ZeRO-1 shard of " + format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
+                                               " over " + std::to_string(shard.ranks()) + " ranks"
+                                         : "")});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
@@ -175,7 +178,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const ParameterLayout layout(model);
   const DType working_dtype = working_dtype_from_deck(deck, world->device());
   TLOG(info) << "tandem " << tandem_version() << " (" << tandem_git_revision() << "), resolved deck:\n" << deck.resolved_text();
-  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder);
+  const SlabShards shard =
+      optimizer_shard_from_deck(deck, layout, world->communicator().size(), world->communicator().rank());
+  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder, shard);
 
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
@@ -188,14 +193,20 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
-      optimizer_state_store_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
+      optimizer_state_store_from_deck(deck, shard, folder, world->device(), world->rank(), comm);
   OptimizerStateFile* const state_file = state_store.file.get();
-  ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
-                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
-                         disk_delta_settings_from_deck(deck, folder), comm);
+  ColocatedMemory memory(*pool, layout,
+                         ColocatedMemorySettings{
+                             .working_dtype = working_dtype,
+                             .transport = transport_kind_from_name(deck.get<std::string>("sync.transport")),
+                             .optimizer_state = state_store.data(),
+                             .state_slot_bytes = optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
+                             .disk_delta = disk_delta_settings_from_deck(deck, folder),
+                             .comm = comm,
+                             .shard = shard});
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
-  TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
+  TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind, comm);
   GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
   for (Tag tag : deferred) pool->set_deferred(tag, false);
   // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
@@ -221,7 +232,6 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   };
   loader.load = [&](const Checkpoint& checkpoint) {
     trainer_checkpoint.read(checkpoint);
-    memory.rebuild_working();
     std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
     step = checkpoint.step();
     data_cursor = checkpoint.data_cursor();
@@ -237,8 +247,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
   } else {
     // A fresh start: the pretrained weights of model.path, or a random model from the seed.
-    copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
-    memory.rebuild_working();
+    memory.load_weights(initial_weights_from_deck(deck, layout));
   }
 
   std::optional<RunFile> run_file;
@@ -331,9 +340,10 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       const auto checkpoint_start = std::chrono::steady_clock::now();
       if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
+      const auto host = trainer_checkpoint.gather();  // collective: the shards onto rank 0
       if (root) {
         CheckpointContents contents{step, data_cursor, deck.resolved_text(), states, {}};
-        const auto host = trainer_checkpoint.add_to(contents);
+        trainer_checkpoint.add_to(contents, host);
         write_checkpoint_temporary(folder, contents);
         checkpoint_pending = true;
       }

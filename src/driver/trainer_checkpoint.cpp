@@ -1,13 +1,17 @@
 #include "driver/trainer_checkpoint.h"
 
+#include <algorithm>
+
 #include "tensor/device_copy.h"
 #include "tensor/finite.h"
 #include "train/muon.h"
 #include "world/errors.h"
+#include "world/stall_guard.h"
 
 namespace tandem {
 
-TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKind optimizer) {
+TrainerCheckpoint::TrainerCheckpoint(ColocatedMemory& memory, OptimizerKind optimizer, MPI_Comm comm)
+    : memory_(memory), comm_(comm) {
   Slab master{memory.master(), {}}, exp_avg{memory.exp_avg(), {}}, exp_avg_sq{memory.exp_avg_sq(), {}};
   for (const ParameterInfo& info : memory.layout().tensors()) {
     master.tensors.push_back({"master." + info.name, &info});
@@ -22,28 +26,58 @@ TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKin
 }
 
 void TrainerCheckpoint::read(const Checkpoint& checkpoint) const {
+  const int64_t begin = memory_.shard().begin();
   for (const Slab& slab : slabs_) {
-    std::vector<float> host(static_cast<size_t>(slab.memory.numel()), 0.0f);
+    std::vector<float> host(static_cast<size_t>(memory_.layout().slab_elements()), 0.0f);
     for (const auto& [name, info] : slab.tensors) {
       const Tensor tensor = Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape);
       checkpoint.read_tensor(name, tensor);  // verifies the tensor's checksum
       const std::string bad = describe_non_finite(tensor);
       if (!bad.empty()) throw BadInputError(checkpoint.path().string() + ": tensor '" + name + "': " + bad);
     }
-    copy_host_to_tensor(slab.memory, host.data());
+    if (&slab == &slabs_.front())
+      memory_.load_weights(host);
+    else
+      copy_host_to_tensor(slab.memory, host.data() + begin);
   }
 }
 
-std::vector<std::vector<float>> TrainerCheckpoint::add_to(CheckpointContents& contents) const {
-  std::vector<std::vector<float>> buffers(slabs_.size());
+std::vector<std::vector<float>> TrainerCheckpoint::gather() const {
+  const SlabShards& shard = memory_.shard();
+  int rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  std::vector<std::vector<float>> slabs(slabs_.size());
+  if (shard.ranks() == 1 && rank != 0) return {};  // every rank holds the whole slabs: rank 0's are written
   for (size_t s = 0; s < slabs_.size(); ++s) {
-    std::vector<float>& host = buffers[s];
-    host.resize(static_cast<size_t>(slabs_[s].memory.numel()));
-    copy_tensor_to_host(host.data(), slabs_[s].memory);
-    for (const auto& [name, info] : slabs_[s].tensors)
-      contents.tensors.push_back({name, Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape)});
+    std::vector<float>& host = slabs[s];
+    host.resize(static_cast<size_t>(rank == 0 ? memory_.layout().slab_elements() : shard.elements()));
+    copy_tensor_to_host(host.data() + (rank == 0 ? shard.begin() : 0), slabs_[s].memory);
+    if (shard.ranks() == 1) continue;
+    // Point to point in slices: a whole slab's offsets pass MPI's int counts on large models.
+    constexpr int64_t kSlice = int64_t{1} << 28;
+    for (int r = 1; r < shard.ranks(); ++r) {
+      if (rank != 0 && rank != r) continue;
+      const int64_t first = shard.bounds[static_cast<size_t>(r)], last = shard.bounds[static_cast<size_t>(r) + 1];
+      for (int64_t at = first; at < last; at += kSlice) {
+        const int count = static_cast<int>(std::min(kSlice, last - at));
+        MPI_Request request;
+        if (rank == 0)
+          MPI_Irecv(host.data() + at, count, MPI_FLOAT, r, 0, comm_, &request);
+        else
+          MPI_Isend(host.data() + (at - first), count, MPI_FLOAT, 0, 0, comm_, &request);
+        wait_for_ranks(request, "the gathering of the optimizer shards for a checkpoint");
+      }
+    }
   }
-  return buffers;
+  if (rank != 0) return {};
+  return slabs;
+}
+
+void TrainerCheckpoint::add_to(CheckpointContents& contents, const std::vector<std::vector<float>>& slabs) const {
+  for (size_t s = 0; s < slabs_.size(); ++s)
+    for (const auto& [name, info] : slabs_[s].tensors)
+      contents.tensors.push_back(
+          {name, Tensor::view(const_cast<float*>(slabs[s].data()) + info->offset, DType::F32, Device::CPU, info->shape)});
 }
 
 }  // namespace tandem

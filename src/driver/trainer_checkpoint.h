@@ -4,8 +4,13 @@
 //   adamw.exp_avg.<name>, adamw.exp_avg_sq.<name>  the tensors AdamW steps
 //   muon.momentum.<name>                           the matrices Muon steps (held in exp_avg)
 // so a checkpoint says which optimizer wrote it, and resuming under another one fails on
-// the first missing tensor, by name.
+// the first missing tensor, by name. Under ZeRO-1 each rank holds a shard of the slabs:
+// they are gathered onto rank 0 over MPI (host memory, as rank 0 copies them unsharded)
+// and written whole, so the file is the same as an unsharded run's and each rank reads
+// its shard back from it.
 #pragma once
+#include <mpi.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,21 +23,27 @@ namespace tandem {
 
 class TrainerCheckpoint {
  public:
-  TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKind optimizer);
+  // comm: the trainer ranks the shards are spread over (rank 0 writes the checkpoint).
+  TrainerCheckpoint(ColocatedMemory& memory, OptimizerKind optimizer, MPI_Comm comm);
 
-  // Every slab from the checkpoint (parts no tensor covers become zero). Throws
-  // BadInputError naming the file and tensor for a NaN or infinity.
+  // Every slab from the checkpoint (parts no tensor covers become zero): this rank's shard
+  // of the master weights and state, and the whole working copy. Throws BadInputError
+  // naming the file and tensor for a NaN or infinity.
   void read(const Checkpoint& checkpoint) const;
-  // Copies the slabs to host buffers and lists views of them in `contents`: the caller
-  // keeps the returned buffers until the checkpoint is written.
-  [[nodiscard]] std::vector<std::vector<float>> add_to(CheckpointContents& contents) const;
+  // Collective over comm: the whole slabs in host memory on rank 0, nothing on the others.
+  [[nodiscard]] std::vector<std::vector<float>> gather() const;
+  // Rank 0: lists views of the gathered slabs in `contents`; the caller keeps them until
+  // the checkpoint is written.
+  void add_to(CheckpointContents& contents, const std::vector<std::vector<float>>& slabs) const;
 
  private:
   struct Slab {
-    Tensor memory;                                                    // flat F32 slab
+    Tensor memory;                                                    // flat F32 shard
     std::vector<std::pair<std::string, const ParameterInfo*>> tensors;  // checkpoint name, where
   };
-  std::vector<Slab> slabs_;
+  ColocatedMemory& memory_;
+  MPI_Comm comm_;
+  std::vector<Slab> slabs_;  // master, exp_avg, exp_avg_sq
 };
 
 }  // namespace tandem

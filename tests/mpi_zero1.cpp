@@ -15,6 +15,7 @@
 namespace tandem {
 namespace {
 
+using testing::AlignedBuffer;
 using testing::flat;
 
 // Unequal ranges, one of them empty.

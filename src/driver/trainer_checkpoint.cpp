@@ -53,17 +53,17 @@ std::vector<std::vector<float>> TrainerCheckpoint::gather() const {
     host.resize(static_cast<size_t>(rank == 0 ? memory_.layout().slab_elements() : shard.elements()));
     copy_tensor_to_host(host.data() + (rank == 0 ? shard.begin() : 0), slabs_[s].memory);
     if (shard.ranks() == 1) continue;
-    // Point to point in slices: a whole slab's offsets pass MPI's int counts on large models.
+    // Point to point in slices (a whole slab's offsets pass MPI's int counts on large
+    // models), every rank in each round: the stall guard's token ring keeps them in step.
     constexpr int64_t kSlice = int64_t{1} << 28;
     for (int r = 1; r < shard.ranks(); ++r) {
-      if (rank != 0 && rank != r) continue;
       const int64_t first = shard.bounds[static_cast<size_t>(r)], last = shard.bounds[static_cast<size_t>(r) + 1];
       for (int64_t at = first; at < last; at += kSlice) {
         const int count = static_cast<int>(std::min(kSlice, last - at));
-        MPI_Request request;
+        MPI_Request request = MPI_REQUEST_NULL;
         if (rank == 0)
           MPI_Irecv(host.data() + at, count, MPI_FLOAT, r, 0, comm_, &request);
-        else
+        else if (rank == r)
           MPI_Isend(host.data() + (at - first), count, MPI_FLOAT, 0, 0, comm_, &request);
         wait_for_ranks(request, "the gathering of the optimizer shards for a checkpoint");
       }

@@ -297,6 +297,10 @@ double PolicyTrainer::sum_over_ranks(double value) {
   return total;
 }
 
+Tensor PolicyTrainer::shard_part(const Tensor& slab) const {
+  return Tensor::view(slab.ptr<float>() + shard_.begin(), DType::F32, slab.device, {shard_.elements()});
+}
+
 Tensor PolicyTrainer::reduce_gradients(bool gradients_add_up) {
   const Tensor& grads = memory_.grads;
   const bool sharded = shard_.ranks() > 1;
@@ -306,9 +310,7 @@ Tensor PolicyTrainer::reduce_gradients(bool gradients_add_up) {
   else
     communicator_.all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
   communicator_.synchronize();
-  const Tensor owned = sharded ? Tensor::view(grads.ptr<float>() + shard_.begin(), DType::F32, grads.device,
-                                              {shard_.elements()})
-                               : grads;
+  const Tensor owned = shard_part(grads);
   if (world_size_ > 1 && !gradients_add_up) backend_->scale(owned, 1.0f / static_cast<float>(world_size_));
   return owned;
 }
@@ -345,10 +347,7 @@ TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrain
   // An F32 working copy apart from the master weights (a BF16 one is written by the optimizer).
   const Tensor& working = memory_.working;
   if (working.dtype != DType::BF16 && working.data != memory_.master.data)
-    backend_->ops().copy(sharded ? Tensor::view(working.ptr<float>() + shard_.begin(), DType::F32, working.device,
-                                                {shard_.elements()})
-                                 : working,
-                         memory_.master);
+    backend_->ops().copy(shard_part(working), memory_.master);
   if (sharded) {  // every rank's updated shard of the working copy reaches every rank
     backend_->synchronize();
     communicator_.all_gather(working.data, shard_.counts(), dtype_size(working.dtype));

@@ -165,6 +165,8 @@ class PolicyTrainer {
                  std::span<float> entropy, const PolicyTrainerSettings& settings);
   void backward(const MicroBatch& micro, const Tensor& logits, const PolicyLoss& gradient,
                 const PolicyTrainerSettings& settings);
+  // This rank's shard of a whole F32 slab (all of it unsharded).
+  Tensor shard_part(const Tensor& slab) const;
   // The gradients summed over ranks: all-reduced, or reduce-scattered onto this rank's
   // shard under ZeRO-1; then averaged unless they add up. Returns the shard's part of them.
   Tensor reduce_gradients(bool gradients_add_up);

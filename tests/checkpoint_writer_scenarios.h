@@ -34,10 +34,10 @@ struct Trainer {
   const ParameterLayout layout{config};
   std::unique_ptr<MemoryPool> pool;
   ColocatedMemory memory;
-  TrainerCheckpoint checkpoint{memory, OptimizerKind::AdamW};
+  TrainerCheckpoint checkpoint{memory, OptimizerKind::AdamW, MPI_COMM_SELF};
 
   explicit Trainer(const std::filesystem::path& folder, Device device = Device::CPU)
-      : pool(MemoryPool::create(device)), memory(*pool, layout, DType::F32, TransportKind::Alias) {
+      : pool(MemoryPool::create(device)), memory(*pool, layout, ColocatedMemorySettings{}) {
     std::filesystem::create_directories(folder);
     RunFile::create(folder / kRunFileName, RunInfo{"[run]\n", "test", "-", 1, {"cpu"}, "now"});
   }

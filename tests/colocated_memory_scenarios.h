@@ -64,16 +64,16 @@ struct ColocatedRun {
     startup_memory.begin();
     const std::vector<Tag> deferred = deferred_at_startup(handoff);
     for (Tag tag : deferred) pool->set_deferred(tag, true);
-    memory = std::make_unique<ColocatedMemory>(*pool, layout, DType::F32, c.transport);
+    memory = std::make_unique<ColocatedMemory>(
+        *pool, layout, ColocatedMemorySettings{.working_dtype = DType::F32, .transport = c.transport});
     kv = pool->allocate(tags::kv_cache, 48 << 20, "engine.kv_cache");
     activations = pool->allocate(tags::activations, 32 << 20, "trainer.activations");
     reference = pool->allocate(tags::reference, layout.slab_bytes(DType::F32), "trainer.reference_weights");
     for (Tag tag : deferred) pool->set_deferred(tag, false);
     weights.resize(static_cast<size_t>(layout.slab_elements()));
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i % 977) * 1e-3f;
-    copy_host_to_tensor(memory->master(), weights.data());
+    memory->load_weights(weights);
     copy_host_to_tensor(slab(reference), weights.data());
-    memory->rebuild_working();
     plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, MemoryBaseline{});
     executor = std::make_unique<HandoffExecutor>(
         *pool, handoff, [this] { return syncs.emplace_back(memory->sync_weights()); },

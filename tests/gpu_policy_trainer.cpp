@@ -228,7 +228,7 @@ void expect_streamed_equals_device_state(OptimizerKind optimizer) {
     for (const MuonGroup& group : muon_groups(layout)) slot = std::max(slot, static_cast<size_t>(777 + group.m * group.n));
     ASSERT_GT(plan_muon_chunks(muon_groups(layout), slot).size(), muon_groups(layout).size());
   }
-  ASSERT_GT(plan_state_chunks(layout, optimizer, slot).size(), 2u);
+  ASSERT_GT(plan_state_chunks(adamw_pieces(layout, optimizer, SlabShards::whole(layout)), slot).size(), 2u);
   const size_t state_bytes = 2 * layout.slab_bytes(DType::F32);
   PinnedMemory pinned(state_bytes, Device::CUDA);
   tandem::testing::TempDir dir;

@@ -16,7 +16,11 @@ namespace tandem::testing {
 class OneRank final : public Communicator {
  public:
   Device device() const override { return Device::CPU; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
   void all_reduce_sum(float*, size_t) override {}
+  void reduce_scatter_sum(float*, std::span<const size_t>) override {}
+  void all_gather(void*, std::span<const size_t>, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void synchronize() override {}
 };

@@ -20,7 +20,7 @@ TEST(OptimizerStateChunks, CoverEveryAdamWValueOnceWithinTheSlot) {
     for (const size_t slot : {size_t{2}, size_t{777}, size_t{1} << 20}) {
       SCOPED_TRACE(std::to_string(slot) + (optimizer == OptimizerKind::Muon ? " muon" : " adamw"));
       std::vector<int> covered(static_cast<size_t>(layout.slab_elements()), 0);
-      const std::vector<StateChunk> chunks = plan_state_chunks(layout, optimizer, slot);
+      const std::vector<StateChunk> chunks = plan_state_chunks(adamw_pieces(layout, optimizer, SlabShards::whole(layout)), slot);
       for (const StateChunk& chunk : chunks) {
         ASSERT_LE(chunk.elements, slot / 2);
         std::vector<int> used(slot, 0);
@@ -46,7 +46,7 @@ TEST(OptimizerStateChunks, CoverEveryAdamWValueOnceWithinTheSlot) {
       if (slot == (size_t{1} << 20)) EXPECT_EQ(chunks.size(), 1u);
     }
   }
-  EXPECT_THROW(plan_state_chunks(layout, OptimizerKind::AdamW, 1), std::invalid_argument);
+  EXPECT_THROW(plan_state_chunks(adamw_pieces(layout, OptimizerKind::AdamW, SlabShards::whole(layout)), 1), std::invalid_argument);
 }
 
 TEST(OptimizerStateChunks, MuonChunksHoldRunsOfWholeMatricesOfOneGroup) {
@@ -87,7 +87,7 @@ void expect_streamed_equals_in_place(OptimizerKind optimizer) {
     for (const MuonGroup& group : groups) slot = std::max(slot, static_cast<size_t>(101 + group.m * group.n));
     EXPECT_GT(plan_muon_chunks(groups, slot).size(), groups.size() + 2);
   }
-  EXPECT_GT(plan_state_chunks(layout, optimizer, slot).size(), 2u);
+  EXPECT_GT(plan_state_chunks(adamw_pieces(layout, optimizer, SlabShards::whole(layout)), slot).size(), 2u);
   testing::CpuTrainer streamed(config, capacity, weights, slot, optimizer);
   PolicyTrainerSettings settings = testing::trainer_settings(0);
   settings.optimizer.kind = optimizer;

@@ -1,11 +1,16 @@
 // bench_allreduce: the gradient all-reduce of data-parallel training (FP32 sums through
-// the job's Communicator: NCCL between GPUs), against the link it runs over.
+// the job's Communicator: NCCL between GPUs), against the link it runs over, and ZeRO-1's
+// reduce-scatter of the gradients and all-gather of the BF16 weights.
 //
 //   mpirun -np 2 bench_allreduce [--max-mib 2400] [--repeat 10]
 //
-// Prints, per message size, the time per all-reduce, the algorithm bandwidth (bytes /
-// time) and the bus bandwidth (algorithm bandwidth x 2(n-1)/n, what nccl-tests reports:
-// the bytes each link carries, comparable across rank counts). The ceiling is the
+// Prints, per collective and message size (the whole buffer), the time per call, the
+// algorithm bandwidth (bytes / time) and the bus bandwidth (what nccl-tests reports: the
+// bytes each link carries, comparable across rank counts: algorithm bandwidth x 2(n-1)/n
+// for the all-reduce, x (n-1)/n for the others). ZeRO-1's ranges are rarely equal (the
+// layout's alignment, Muon's whole matrices): "reduce-scatter-v" and "all-gather-v" move
+// one element between two ranks' ranges, so NCCL runs them as grouped reduces and
+// broadcasts instead of its own reduce-scatter and all-gather. The ceiling is the
 // unidirectional GPU 0 -> GPU 1 copy bandwidth, measured by rank 0 when it sees both GPUs
 // (a ring all-reduce cannot move data faster than its links). 2400 MiB is the FP32
 // gradient of Qwen3-0.6B.
@@ -15,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #ifdef TANDEM_HAVE_CUDA
@@ -69,7 +75,7 @@ int main(int argc, char** argv) {
         std::printf("rank %d: %s local %d %s\n", p.rank, p.host.c_str(), p.local_rank, p.device.c_str());
       if (ceiling > 0)
         std::printf("GPU 0 -> GPU 1 copy: %.1f GB/s (the link ceiling)\n", ceiling);
-      std::printf("%12s %12s %12s %12s\n", "bytes", "ms", "algbw GB/s", "busbw GB/s");
+      std::printf("%16s %12s %12s %12s %12s\n", "collective", "bytes", "ms", "algbw GB/s", "busbw GB/s");
     }
     float* data = nullptr;
     cudaMalloc(&data, max_bytes);
@@ -78,19 +84,34 @@ int main(int argc, char** argv) {
     std::vector<size_t> sizes;
     for (size_t bytes = size_t{1} << 20; bytes < max_bytes; bytes *= 4) sizes.push_back(bytes);
     sizes.push_back(max_bytes);
-    for (const size_t bytes : sizes) {
-      const size_t count = bytes / sizeof(float);
-      comm.all_reduce_sum(data, count);  // warm-up
-      comm.synchronize();
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < repeat; ++i) comm.all_reduce_sum(data, count);
-      comm.synchronize();
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeat;
-      const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-      if (rank == 0)
-        std::printf("%12zu %12.3f %12.1f %12.1f\n", bytes, seconds * 1e3, algbw, algbw * 2.0 * (n - 1) / n);
-    }
+    const char* collectives[] = {"all-reduce", "reduce-scatter", "reduce-scatter-v", "all-gather", "all-gather-v"};
+    for (const char* collective : collectives)
+      for (const size_t bytes : sizes) {
+        const std::string name = collective;
+        const bool gather = name.rfind("all-gather", 0) == 0;
+        const size_t element = gather ? 2 : sizeof(float);  // the BF16 working copy, the FP32 gradients
+        std::vector<size_t> counts(static_cast<size_t>(n), bytes / element / n);
+        if (name.back() == 'v' && n > 1) ++counts[0], --counts[1];
+        auto run = [&] {
+          if (name == "all-reduce")
+            comm.all_reduce_sum(data, bytes / sizeof(float));
+          else if (gather)
+            comm.all_gather(data, counts, element);
+          else
+            comm.reduce_scatter_sum(data, counts);
+        };
+        run();  // warm-up
+        comm.synchronize();
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < repeat; ++i) run();
+        comm.synchronize();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeat;
+        const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+        const double bus = name == "all-reduce" ? 2.0 * (n - 1) / n : (n - 1.0) / n;
+        if (rank == 0)
+          std::printf("%16s %12zu %12.3f %12.1f %12.1f\n", collective, bytes, seconds * 1e3, algbw, algbw * bus);
+      }
     cudaFree(data);
   }
   MPI_Finalize();

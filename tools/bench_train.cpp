@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                                      flat(store, DType::F32, Device::CPU),        flat(store + P, DType::F32, Device::CPU),
                                      flat(working->ptr, DType::BF16, Device::CUDA), acts_slab->ptr,
                                      static_cast<float*>(staging->ptr),           slot_bytes / 4};
-    streamed_step = std::make_unique<OptimizerStep>(layout, memory, *backend);
+    streamed_step = std::make_unique<OptimizerStep>(layout, SlabShards::whole(layout), memory, *backend);
   }
   size_t streamed_bytes = 0;  // by the last streamed step
   auto optimizer_step = [&](int64_t step) {

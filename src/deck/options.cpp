@@ -79,6 +79,8 @@ const std::vector<OptionSpec>& tandem_options() {
 
       {"train.on-nonfinite", Choice, "stop", "", "a step whose gradients hold NaN or Inf: stop = end the job (exit 3) after a checkpoint of the last good weights, skip = drop its update with a warning (counted in the run file's skipped column)", {}, {"stop", "skip"}},
 
+      {"train.shard-optimizer", Bool, "false", "", "ZeRO-1: each trainer rank holds only its shard of the FP32 master weights and optimizer state (gradients reduce-scattered, the working copy all-gathered; under Muon each matrix has one owner rank); needs sync.transport = alias"},
+
       {"train.micro-batch-tokens", Int, "0", "tokens", "tokens per forward/backward pass; gradients add up over the micro-batches of a step; 0 = the whole batch at once", at_least(0)},
 
       {"model.path", String, "", "", "Hugging Face model folder (config.json, safetensors, tokenizer.json), read at start-up, not by --check; empty = tandem creates a tiny random model from the sizes below"},

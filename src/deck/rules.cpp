@@ -99,6 +99,16 @@ void group_size_gives_advantages(const Deck& deck) {
                 "cannot learn: use 2 or more samples per prompt");
 }
 
+// ZeRO-1 keeps no whole copy of the FP32 master weights that the copy and disk-delta
+// transports convert from: the all-gathered working copy, which the engine reads, is the
+// one whole-slab copy of the weights.
+void shard_optimizer_needs_alias_transport(const Deck& deck) {
+  if (!deck.get<bool>("train.shard-optimizer") || deck.get<std::string>("sync.transport") == "alias") return;
+  contradiction(deck, {"train.shard-optimizer", "sync.transport"},
+                "train.shard-optimizer = true needs sync.transport = alias (the engine reads the all-gathered "
+                "working copy; copy and disk-delta convert from whole master weights, which no rank holds)");
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -110,6 +120,7 @@ const std::vector<DeckRule>& tandem_rules() {
       optimizer_betas_are_two_fractions,
       run_name_is_a_plain_name,
       group_size_gives_advantages,
+      shard_optimizer_needs_alias_transport,
   };
   return rules;
 }

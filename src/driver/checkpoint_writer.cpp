@@ -40,13 +40,18 @@ std::optional<double> CheckpointWriter::take_finished_write() {
 void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::string& deck_text,
                                 std::vector<std::string> rng_states) {
   join();
+  if (!settings_.root) {
+    trainer_.gather_into(nullptr);  // this rank's shard goes to rank 0's snapshot
+    return;
+  }
   const size_t bytes = trainer_.host_floats() * sizeof(float);
   // Pinned and kept in the background mode (the copy then runs at the bus's rate and
   // pays for the allocation once); plain memory for one checkpoint otherwise.
   if (!buffer_ || buffer_->bytes() != bytes)
     buffer_ = std::make_unique<PinnedMemory>(bytes, settings_.background ? device_ : Device::CPU);
   contents_ = CheckpointContents{step, data_cursor, deck_text, std::move(rng_states), {}};
-  trainer_.add_to(contents_, static_cast<float*>(buffer_->data()));
+  trainer_.gather_into(static_cast<float*>(buffer_->data()));
+  trainer_.add_to(contents_, static_cast<const float*>(buffer_->data()));
   if (!settings_.background) {
     const auto start = std::chrono::steady_clock::now();
     write_checkpoint_temporary(settings_.folder, contents_);

@@ -37,6 +37,7 @@ struct CheckpointWriterSettings {
   std::filesystem::path folder;
   int keep_last = 3;
   bool background = true;  // run.checkpoint-async
+  bool root = true;         // trainer rank 0, which holds the snapshot and writes the file
 };
 
 class CheckpointWriter {
@@ -47,8 +48,10 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Waits for the checkpoint in flight (rethrowing its failure), then takes the snapshot
-  // of this step; without `background` also writes it under its temporary name.
+  // Collective over the trainer ranks (their optimizer shards are gathered into rank 0's
+  // snapshot). Rank 0 waits for the checkpoint in flight (rethrowing its failure), then
+  // takes the snapshot of this step; without `background` also writes it under its
+  // temporary name. The others only send their shards.
   void snapshot(int64_t step, int64_t data_cursor, const std::string& deck_text, std::vector<std::string> rng_states);
   // After the snapshot's step is in run.h5: the run file's copy of that step, then the
   // checkpoint written (when in the background) and committed.

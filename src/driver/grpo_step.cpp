@@ -89,7 +89,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   // rewrites: with the alias transport it is the engine's weights too.
   const PolicyTrainerMemory trainer_memory{memory.master(),     memory.grads(),   memory.exp_avg(),
                                            memory.exp_avg_sq(), memory.working(), activations_->ptr,
-                                           memory.state_staging(), memory.state_slot_elements()};
+                                           memory.state_staging(), memory.state_slot_elements(), memory.shard()};
   trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
     // The frozen reference is the run's initial policy (the pretrained weights, or the

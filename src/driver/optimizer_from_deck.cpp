@@ -24,6 +24,11 @@ OptimizerSettings optimizer_settings_from_deck(const Deck& deck) {
   return settings;
 }
 
+SlabShards optimizer_shard_from_deck(const Deck& deck, const ParameterLayout& layout, int ranks, int rank) {
+  if (!deck.get<bool>("train.shard-optimizer")) return SlabShards::whole(layout);
+  return SlabShards::split(layout, optimizer_kind_from_name(deck.get<std::string>("optimizer.name")), ranks, rank);
+}
+
 }  // namespace tandem
 
 namespace tandem {
@@ -36,14 +41,14 @@ size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const Param
   return bytes;
 }
 
-OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
+OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const SlabShards& shard,
                                                     const std::filesystem::path& run_folder, Device device, int rank,
                                                     MPI_Comm comm) {
   const OptimizerSettings settings = optimizer_settings_from_deck(deck);
   OptimizerStateStore store;
   if (settings.state == OptimizerStateLocation::Device) return store;
   // AdamW's two moments (Muon's momentum is held in the first).
-  const size_t bytes = 2 * layout.slab_bytes(DType::F32);
+  const size_t bytes = 2 * static_cast<size_t>(shard.elements()) * sizeof(float);
   if (settings.state == OptimizerStateLocation::Host) {
     store.host = std::make_unique<PinnedMemory>(bytes, device);
     return store;

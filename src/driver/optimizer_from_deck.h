@@ -9,14 +9,18 @@
 #include "deck/deck.h"
 #include "model/parameters.h"
 #include "train/optimizer_settings.h"
+#include "train/optimizer_shards.h"
 #include "train/optimizer_state_file.h"
 #include "world/pinned_memory.h"
 
 namespace tandem {
 OptimizerSettings optimizer_settings_from_deck(const Deck& deck);
+// train.shard-optimizer: the split of the master weights and state over the trainer ranks
+// (rank of ranks, the trainer communicator's), or the whole slab on every rank.
+SlabShards optimizer_shard_from_deck(const Deck& deck, const ParameterLayout& layout, int ranks, int rank);
 
 // The rank's optimizer state when it lives off the device: two FP32 slabs (exp_avg,
-// exp_avg_sq) in host memory or in the state file. Neither for state = device.
+// exp_avg_sq) of the rank's shard in host memory or in the state file. Neither for state = device.
 struct OptimizerStateStore {
   std::unique_ptr<PinnedMemory> host;       // state = host
   std::unique_ptr<OptimizerStateFile> file;  // state = disk
@@ -30,7 +34,7 @@ struct OptimizerStateStore {
 // Each of the two device staging slots of a state off the device: optimizer.chunk-bytes,
 // or under Muon at least its largest matrix (its chunks hold whole matrices).
 size_t optimizer_state_slot_bytes(const OptimizerSettings& settings, const ParameterLayout& layout);
-OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const ParameterLayout& layout,
+OptimizerStateStore optimizer_state_store_from_deck(const Deck& deck, const SlabShards& shard,
                                                     const std::filesystem::path& run_folder, Device device, int rank,
                                                     MPI_Comm comm);
 }

@@ -29,7 +29,6 @@
 #include "train/entropy_watch.h"
 #include "world/errors.h"
 #include "report/report_html.h"
-#include "tensor/device_copy.h"
 #include "world/gpu.h"
 #include "world/host_memory.h"
 #include "world/log.h"
@@ -79,7 +78,7 @@ DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path
 }
 
 std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
-                          DType working_dtype, const fs::path& folder) {
+                          DType working_dtype, const fs::path& folder, const SlabShards& shard) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"version", std::string(tandem_version()) + " (" + tandem_git_revision() + ")"},
       {"run folder", folder.string()},
@@ -100,7 +99,11 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
   rows.push_back({"working dtype", dtype_name(working_dtype)});
   rows.push_back({"", ""});
   rows.push_back({"optimizer", deck.text("optimizer.name") + ", state on " + deck.text("optimizer.state")});
-  rows.push_back({"master weights + optimizer state (FP32)", format_bytes(3.0 * layout.slab_bytes(DType::F32))});
+  rows.push_back({"master weights + optimizer state (FP32)",
+                  format_bytes(3.0 * static_cast<double>(shard.elements()) * sizeof(float)) +
+                      (shard.ranks() > 1 ? " on this rank, its ZeRO-1 shard of " + format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
+                                               " over " + std::to_string(shard.ranks()) + " ranks"
+                                         : "")});
   rows.push_back({"checkpoint snapshot (rank 0, host)",
                   format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
                       (deck.get<bool>("run.checkpoint-async") ? " held from the first checkpoint on" : " during each checkpoint")});
@@ -179,7 +182,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const ParameterLayout layout(model);
   const DType working_dtype = working_dtype_from_deck(deck, world->device());
   TLOG(info) << "tandem " << tandem_version() << " (" << tandem_git_revision() << "), resolved deck:\n" << deck.resolved_text();
-  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder);
+  const SlabShards shard =
+      optimizer_shard_from_deck(deck, layout, world->communicator().size(), world->communicator().rank());
+  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder, shard);
 
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
@@ -192,14 +197,20 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
-      optimizer_state_store_from_deck(deck, layout, folder, world->device(), world->rank(), comm);
+      optimizer_state_store_from_deck(deck, shard, folder, world->device(), world->rank(), comm);
   OptimizerStateFile* const state_file = state_store.file.get();
-  ColocatedMemory memory(*pool, layout, working_dtype, transport_kind_from_name(deck.get<std::string>("sync.transport")),
-                         state_store.data(), optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
-                         disk_delta_settings_from_deck(deck, folder), comm);
+  ColocatedMemory memory(*pool, layout,
+                         ColocatedMemorySettings{
+                             .working_dtype = working_dtype,
+                             .transport = transport_kind_from_name(deck.get<std::string>("sync.transport")),
+                             .optimizer_state = state_store.data(),
+                             .state_slot_bytes = optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
+                             .disk_delta = disk_delta_settings_from_deck(deck, folder),
+                             .comm = comm,
+                             .shard = shard});
   HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
-  TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind);
+  TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind, comm);
   GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
   for (Tag tag : deferred) pool->set_deferred(tag, false);
   // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
@@ -226,7 +237,6 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   };
   loader.load = [&](const Checkpoint& checkpoint) {
     trainer_checkpoint.read(checkpoint);
-    memory.rebuild_working();
     std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
     step = checkpoint.step();
     data_cursor = checkpoint.data_cursor();
@@ -242,8 +252,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
   } else {
     // A fresh start: the pretrained weights of model.path, or a random model from the seed.
-    copy_host_to_tensor(memory.master(), initial_weights_from_deck(deck, layout).data());
-    memory.rebuild_working();
+    memory.load_weights(initial_weights_from_deck(deck, layout));
   }
 
   std::optional<RunFile> run_file;
@@ -273,7 +282,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
   const int64_t last_step = steps_per_job > 0 ? std::min(steps, step + steps_per_job) : steps;
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
-  CheckpointWriter checkpoint_writer({folder, keep, deck.get<bool>("run.checkpoint-async")}, trainer_checkpoint,
+  CheckpointWriter checkpoint_writer({folder, keep, deck.get<bool>("run.checkpoint-async"), root}, trainer_checkpoint,
                                      world->device());
   const OnNonFinite on_non_finite = on_non_finite_from_name(deck.get<std::string>("train.on-nonfinite"));
   EntropyWatch entropy_watch(model.vocab);
@@ -338,10 +347,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
       const auto checkpoint_start = std::chrono::steady_clock::now();
       if (state_file) state_msync_seconds = state_file->sync();
       const auto states = all_gather_strings(comm, rng_state(rng));
-      if (root) {
-        checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);
-        checkpoint_pending = true;
-      }
+      checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
+      checkpoint_pending = root;
       // A stop must leave time for the writer to finish as well.
       stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
                                          checkpoint_writer.longest_background_write_seconds());

@@ -1,13 +1,17 @@
 #include "driver/trainer_checkpoint.h"
 
+#include <algorithm>
+
 #include "tensor/device_copy.h"
 #include "tensor/finite.h"
 #include "train/muon.h"
 #include "world/errors.h"
+#include "world/stall_guard.h"
 
 namespace tandem {
 
-TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKind optimizer) {
+TrainerCheckpoint::TrainerCheckpoint(ColocatedMemory& memory, OptimizerKind optimizer, MPI_Comm comm)
+    : memory_(memory), comm_(comm) {
   Slab master{memory.master(), {}}, exp_avg{memory.exp_avg(), {}}, exp_avg_sq{memory.exp_avg_sq(), {}};
   for (const ParameterInfo& info : memory.layout().tensors()) {
     master.tensors.push_back({"master." + info.name, &info});
@@ -22,30 +26,62 @@ TrainerCheckpoint::TrainerCheckpoint(const ColocatedMemory& memory, OptimizerKin
 }
 
 void TrainerCheckpoint::read(const Checkpoint& checkpoint) const {
+  const int64_t begin = memory_.shard().begin();
   for (const Slab& slab : slabs_) {
-    std::vector<float> host(static_cast<size_t>(slab.memory.numel()), 0.0f);
+    std::vector<float> host(static_cast<size_t>(memory_.layout().slab_elements()), 0.0f);
     for (const auto& [name, info] : slab.tensors) {
       const Tensor tensor = Tensor::view(host.data() + info->offset, DType::F32, Device::CPU, info->shape);
       checkpoint.read_tensor(name, tensor);  // verifies the tensor's checksum
       const std::string bad = describe_non_finite(tensor);
       if (!bad.empty()) throw BadInputError(checkpoint.path().string() + ": tensor '" + name + "': " + bad);
     }
-    copy_host_to_tensor(slab.memory, host.data());
+    if (&slab == &slabs_.front())
+      memory_.load_weights(host);
+    else
+      copy_host_to_tensor(slab.memory, host.data() + begin);
   }
 }
 
 size_t TrainerCheckpoint::host_floats() const {
-  size_t floats = 0;
-  for (const Slab& slab : slabs_) floats += static_cast<size_t>(slab.memory.numel());
-  return floats;
+  return slabs_.size() * static_cast<size_t>(memory_.layout().slab_elements());
 }
 
-void TrainerCheckpoint::add_to(CheckpointContents& contents, float* host) const {
+void TrainerCheckpoint::gather_into(float* host) const {
+  const SlabShards& shard = memory_.shard();
+  int rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  if (shard.ranks() == 1 && rank != 0) return;  // every rank holds the whole slabs: rank 0's are written
+  const int64_t slab_elements = memory_.layout().slab_elements();
+  std::vector<float> own;  // a shard on its way to rank 0
+  if (rank != 0) own.resize(static_cast<size_t>(shard.elements()));
   for (const Slab& slab : slabs_) {
-    copy_tensor_to_host(host, slab.memory);
+    float* const whole = rank == 0 ? host : nullptr;
+    copy_tensor_to_host(rank == 0 ? whole + shard.begin() : own.data(), slab.memory);
+    if (rank == 0) host += slab_elements;
+    if (shard.ranks() == 1) continue;
+    // Point to point in slices (a whole slab's offsets pass MPI's int counts on large
+    // models), every rank in each round: the stall guard's token ring keeps them in step.
+    constexpr int64_t kSlice = int64_t{1} << 28;
+    for (int r = 1; r < shard.ranks(); ++r) {
+      const int64_t first = shard.bounds[static_cast<size_t>(r)], last = shard.bounds[static_cast<size_t>(r) + 1];
+      for (int64_t at = first; at < last; at += kSlice) {
+        const int count = static_cast<int>(std::min(kSlice, last - at));
+        MPI_Request request = MPI_REQUEST_NULL;
+        if (rank == 0)
+          MPI_Irecv(whole + at, count, MPI_FLOAT, r, 0, comm_, &request);
+        else if (rank == r)
+          MPI_Isend(own.data() + (at - first), count, MPI_FLOAT, 0, 0, comm_, &request);
+        wait_for_ranks(request, "the gathering of the optimizer shards for a checkpoint");
+      }
+    }
+  }
+}
+
+void TrainerCheckpoint::add_to(CheckpointContents& contents, const float* host) const {
+  for (const Slab& slab : slabs_) {
     for (const auto& [name, info] : slab.tensors)
-      contents.tensors.push_back({name, Tensor::view(host + info->offset, DType::F32, Device::CPU, info->shape)});
-    host += slab.memory.numel();
+      contents.tensors.push_back({name, Tensor::view(const_cast<float*>(host) + info->offset, DType::F32, Device::CPU, info->shape)});
+    host += memory_.layout().slab_elements();
   }
 }
 

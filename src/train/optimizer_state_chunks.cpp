@@ -8,22 +8,20 @@
 
 namespace tandem {
 
-std::vector<StateChunk> plan_state_chunks(const ParameterLayout& layout, OptimizerKind optimizer, size_t slot_elements) {
+std::vector<StateChunk> plan_state_chunks(std::span<const SlabPiece> pieces, size_t slot_elements) {
   if (slot_elements < 2)
     throw std::invalid_argument("optimizer state chunks of " + std::to_string(slot_elements) +
                                 " values cannot hold one element's two moments");
   const size_t half = slot_elements / 2;
   std::vector<StateChunk> chunks;
-  const std::vector<ParameterInfo>& tensors = layout.tensors();
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    if (optimizer == OptimizerKind::Muon && takes_muon(tensors[t])) continue;
+  for (const SlabPiece& piece : pieces) {
     size_t done = 0;
-    const size_t numel = static_cast<size_t>(tensors[t].numel());
+    const size_t numel = static_cast<size_t>(piece.count);
     while (done < numel) {
       if (chunks.empty() || chunks.back().elements == half) chunks.emplace_back();
       StateChunk& chunk = chunks.back();
       const size_t count = std::min(numel - done, half - chunk.elements);
-      chunk.pieces.push_back({t, static_cast<size_t>(tensors[t].offset) + done, count, chunk.elements,
+      chunk.pieces.push_back({piece.tensor, static_cast<size_t>(piece.offset) + done, count, chunk.elements,
                               half + chunk.elements});
       chunk.elements += count;
       done += count;

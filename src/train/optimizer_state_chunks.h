@@ -7,17 +7,17 @@
 // slab order, so pieces adjacent in the slab are adjacent in the slot and copy as one.
 #pragma once
 #include <cstddef>
+#include <span>
 #include <vector>
 
-#include "model/parameters.h"
 #include "train/muon.h"
-#include "train/optimizer_settings.h"
+#include "train/optimizer_shards.h"
 
 namespace tandem {
 
 struct AdamWPiece {
   size_t tensor = 0;     // in layout.tensors()
-  size_t offset = 0;     // in the slabs, elements
+  size_t offset = 0;     // in the slabs (from the shard's start), elements
   size_t count = 0;
   size_t exp_avg = 0;    // where its exp_avg and exp_avg_sq values sit in the slot, elements
   size_t exp_avg_sq = 0;
@@ -28,9 +28,9 @@ struct StateChunk {
   size_t elements = 0;  // per moment: the values of each half of the slot it uses
 };
 
-// The AdamW tensors in layout order (under Muon, those Muon does not take), in chunks of
-// at most slot_elements (>= 2) values. Throws std::invalid_argument for a smaller slot.
-std::vector<StateChunk> plan_state_chunks(const ParameterLayout& layout, OptimizerKind optimizer, size_t slot_elements);
+// AdamW's pieces of the rank's shard (adamw_pieces), in chunks of at most slot_elements
+// (>= 2) values. Throws std::invalid_argument for a smaller slot.
+std::vector<StateChunk> plan_state_chunks(std::span<const SlabPiece> pieces, size_t slot_elements);
 
 // Muon's momentum (one FP32 value per element) in chunks of whole matrices, group by
 // group, so the Newton-Schulz products still batch a whole group: a chunk is the run

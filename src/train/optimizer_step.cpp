@@ -4,43 +4,53 @@
 
 namespace tandem {
 
-OptimizerStep::OptimizerStep(const ParameterLayout& layout, const PolicyTrainerMemory& memory, TrainerBackend& backend)
-    : layout_(layout), muon_groups_(muon_groups(layout)), memory_(memory), backend_(backend) {}
+OptimizerStep::OptimizerStep(const ParameterLayout& layout, const SlabShards& shard, const PolicyTrainerMemory& memory,
+                             TrainerBackend& backend)
+    : layout_(layout),
+      shard_(shard),
+      memory_(memory),
+      backend_(backend),
+      grads_(memory.grads.ptr<float>() + shard.begin()),
+      working_(memory.working.dtype == DType::BF16 ? memory.working.ptr<uint16_t>() + shard.begin() : nullptr) {}
+
+void OptimizerStep::plan(OptimizerKind optimizer) {
+  if (planned_ && planned_optimizer_ == optimizer) return;
+  const bool muon = optimizer == OptimizerKind::Muon;
+  adamw_pieces_ = adamw_pieces(layout_, optimizer, shard_);
+  muon_groups_ = muon ? muon_groups_in(layout_, shard_) : std::vector<MuonGroup>();
+  if (memory_.state_staging) {
+    state_chunks_ = plan_state_chunks(adamw_pieces_, memory_.state_slot_elements);
+    muon_chunks_ = plan_muon_chunks(muon_groups_, memory_.state_slot_elements);
+  }
+  planned_ = true;
+  planned_optimizer_ = optimizer;
+}
 
 size_t OptimizerStep::run(const OptimizerSettings& optimizer, double lr, int64_t step) {
-  const bool muon = optimizer.kind == OptimizerKind::Muon;
+  plan(optimizer.kind);
   AdamWSettings adamw = optimizer.adamw;
   adamw.lr = lr;
-  uint16_t* working = memory_.working.dtype == DType::BF16 ? memory_.working.ptr<uint16_t>() : nullptr;
   const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
-  if (memory_.state_staging) return streamed(adamw, muon_settings, step, working, optimizer.kind);
+  if (memory_.state_staging) return streamed(adamw, muon_settings, step, working_);
   float* master = memory_.master.ptr<float>();
-  const float* grads = memory_.grads.ptr<float>();
-  for (const ParameterInfo& info : layout_.tensors()) {
-    if (muon && takes_muon(info)) continue;
-    const size_t offset = static_cast<size_t>(info.offset);
-    backend_.adamw_step(master + offset, grads + offset, memory_.exp_avg.ptr<float>() + offset,
-                        memory_.exp_avg_sq.ptr<float>() + offset, static_cast<size_t>(info.numel()),
-                        adamw_scalars(adamw, step, info.shape.size() == 2), working ? working + offset : nullptr);
+  for (const SlabPiece& piece : adamw_pieces_) {
+    const ParameterInfo& info = layout_.tensors()[piece.tensor];
+    const size_t offset = static_cast<size_t>(piece.offset);
+    backend_.adamw_step(master + offset, grads_ + offset, memory_.exp_avg.ptr<float>() + offset,
+                        memory_.exp_avg_sq.ptr<float>() + offset, static_cast<size_t>(piece.count),
+                        adamw_scalars(adamw, step, info.shape.size() == 2), working_ ? working_ + offset : nullptr);
   }
-  if (muon)
-    for (const MuonGroup& group : muon_groups_) {
-      backend_.muon_momentum(group, 0, group.matrices.size(), grads, memory_.exp_avg.ptr<float>(), {},
-                             static_cast<float>(optimizer.momentum), memory_.activations);
-      backend_.muon_orthogonalize(group, master, working, muon_scalars(muon_settings, group.m, group.n),
-                                  memory_.activations);
-    }
+  for (const MuonGroup& group : muon_groups_) {
+    backend_.muon_momentum(group, 0, group.matrices.size(), grads_, memory_.exp_avg.ptr<float>(), {},
+                           static_cast<float>(optimizer.momentum), memory_.activations);
+    backend_.muon_orthogonalize(group, master, working_, muon_scalars(muon_settings, group.m, group.n),
+                                memory_.activations);
+  }
   return 0;
 }
 
 size_t OptimizerStep::streamed(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step,
-                                    uint16_t* working, OptimizerKind optimizer) {
-  if (state_chunks_.empty() || state_chunks_optimizer_ != optimizer) {
-    state_chunks_ = plan_state_chunks(layout_, optimizer, memory_.state_slot_elements);
-    muon_chunks_ = optimizer == OptimizerKind::Muon ? plan_muon_chunks(muon_groups_, memory_.state_slot_elements)
-                                                    : std::vector<MuonChunk>();
-    state_chunks_optimizer_ = optimizer;
-  }
+                               uint16_t* working) {
   std::vector<StateTransfer> copies;
   size_t values = 0, chunk = 0;
   auto slot_of = [&](size_t c) { return memory_.state_staging + (c % 2) * memory_.state_slot_elements; };
@@ -61,7 +71,7 @@ size_t OptimizerStep::streamed(const AdamWSettings& adamw, const MuonSettings& m
     backend_.load_state(slot, staging, copies);
     for (const AdamWPiece& piece : planned.pieces) {
       const ParameterInfo& info = layout_.tensors()[piece.tensor];
-      backend_.adamw_step(memory_.master.ptr<float>() + piece.offset, memory_.grads.ptr<float>() + piece.offset,
+      backend_.adamw_step(memory_.master.ptr<float>() + piece.offset, grads_ + piece.offset,
                            staging + piece.exp_avg, staging + piece.exp_avg_sq, piece.count,
                            adamw_scalars(adamw, step, info.shape.size() == 2),
                            working ? working + piece.offset : nullptr);
@@ -80,7 +90,7 @@ size_t OptimizerStep::streamed(const AdamWSettings& adamw, const MuonSettings& m
       copies.push_back({memory_.exp_avg.ptr<float>() + group.matrices[j].offset,
                         static_cast<size_t>(planned.momentum[j - planned.first]), elements});
     backend_.load_state(slot, staging, copies);
-    backend_.muon_momentum(group, planned.first, planned.last, memory_.grads.ptr<float>(), staging, planned.momentum,
+    backend_.muon_momentum(group, planned.first, planned.last, grads_, staging, planned.momentum,
                             static_cast<float>(muon.momentum), memory_.activations);
     backend_.write_back_state(slot, staging, copies);
     values += planned.elements;

@@ -3,6 +3,8 @@
 // weights or, with state_staging, streamed chunk by chunk through the two staging slots
 // (optimizer_state_chunks.h): AdamW's tensors, then Muon's groups, the load of a chunk
 // and the write-back of the one before overlapping the update of the next on CUDA.
+// Under ZeRO-1 it steps this rank's shard only (optimizer_shards.h): the master weights
+// and state are the shard's, the gradients and the working copy whole-slab.
 // Private to src/train and its benchmark (tools/bench_train.cpp).
 #pragma once
 #include <cstddef>
@@ -11,6 +13,7 @@
 
 #include "train/muon.h"
 #include "train/optimizer_settings.h"
+#include "train/optimizer_shards.h"
 #include "train/optimizer_state_chunks.h"
 #include "train/policy_trainer.h"
 
@@ -21,7 +24,8 @@ class TrainerBackend;
 class OptimizerStep {
  public:
   // memory.activations serves Muon as its workspace: nothing else may use it during run.
-  OptimizerStep(const ParameterLayout& layout, const PolicyTrainerMemory& memory, TrainerBackend& backend);
+  OptimizerStep(const ParameterLayout& layout, const SlabShards& shard, const PolicyTrainerMemory& memory,
+                TrainerBackend& backend);
 
   // Queues step `step` (counting from 1) at learning rate lr on the backend, and the BF16
   // working copy when the working slab is BF16. Returns the state bytes streamed (read
@@ -29,17 +33,25 @@ class OptimizerStep {
   size_t run(const OptimizerSettings& settings, double lr, int64_t step);
 
  private:
-  size_t streamed(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step, uint16_t* working,
-                  OptimizerKind optimizer);
+  // The shard's AdamW pieces and Muon groups (and, with the state streamed, its chunks)
+  // for `optimizer`, unless already planned for it.
+  void plan(OptimizerKind optimizer);
+  size_t streamed(const AdamWSettings& adamw, const MuonSettings& muon, int64_t step, uint16_t* working);
 
   const ParameterLayout& layout_;
-  std::vector<MuonGroup> muon_groups_;
+  SlabShards shard_;
   PolicyTrainerMemory memory_;
   TrainerBackend& backend_;
-  // With the state streamed: the chunks of the optimizer last planned for.
+  // Whole-slab buffers from the shard's start, so that one offset indexes them and the shard's.
+  const float* grads_ = nullptr;
+  uint16_t* working_ = nullptr;  // BF16 only
+  // Of the optimizer last planned for.
+  bool planned_ = false;
+  OptimizerKind planned_optimizer_ = OptimizerKind::AdamW;
+  std::vector<SlabPiece> adamw_pieces_;
+  std::vector<MuonGroup> muon_groups_;
   std::vector<StateChunk> state_chunks_;
   std::vector<MuonChunk> muon_chunks_;
-  OptimizerKind state_chunks_optimizer_ = OptimizerKind::AdamW;
 };
 
 }  // namespace tandem

@@ -29,9 +29,23 @@ std::unique_ptr<TrainerBackend> make_backend(Device device) {
 #endif
 }
 
+SlabShards shard_of(const PolicyTrainerMemory& memory, const ParameterLayout& layout, const Communicator& communicator,
+                    int world_size) {
+  if (memory.shard.bounds.empty()) return SlabShards::whole(layout);
+  const SlabShards& shard = memory.shard;
+  if (shard.bounds.front() != 0 || shard.bounds.back() != layout.slab_elements() ||
+      (shard.ranks() > 1 && (shard.ranks() != world_size || shard.rank != communicator.rank())))
+    throw std::invalid_argument("PolicyTrainer: a shard of rank " + std::to_string(shard.rank) + " of " +
+                                std::to_string(shard.ranks()) + " over a slab of " +
+                                std::to_string(shard.bounds.back()) + " elements does not fit rank " +
+                                std::to_string(communicator.rank()) + " of " + std::to_string(world_size) +
+                                " and a slab of " + std::to_string(layout.slab_elements()));
+  return shard;
+}
+
 // The checks on the caller's memory; returns it.
 const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const ParameterLayout& layout,
-                                   const Communicator& communicator) {
+                                   const SlabShards& shard, const Communicator& communicator) {
   const Device device = memory.master.device;
   const std::pair<const char*, const Tensor*> slabs[] = {{"master", &memory.master},
                                                          {"grads", &memory.grads},
@@ -42,13 +56,13 @@ const PolicyTrainerMemory& checked(const PolicyTrainerMemory& memory, const Para
   for (const auto& [name, slab] : slabs) {
     const bool state = slab == &memory.exp_avg || slab == &memory.exp_avg_sq;
     const Device wanted = streamed && state ? Device::CPU : device;
+    const int64_t elements = state || slab == &memory.master ? shard.elements() : layout.slab_elements();
     const bool dtype_ok = slab == &memory.working ? slab->dtype == DType::F32 || slab->dtype == DType::BF16
                                                   : slab->dtype == DType::F32;
-    if (!slab->data || !dtype_ok || slab->device != wanted || slab->numel() != layout.slab_elements() ||
-        !slab->is_contiguous())
+    if (!slab->data || !dtype_ok || slab->device != wanted || slab->numel() != elements || !slab->is_contiguous())
       throw std::invalid_argument(std::string("PolicyTrainer: the ") + name + " slab must be a flat " +
                                   (slab == &memory.working ? "F32 or BF16" : "F32") + " tensor of " +
-                                  std::to_string(layout.slab_elements()) + " elements on " + device_name(wanted) +
+                                  std::to_string(elements) + " elements on " + device_name(wanted) +
                                   ", got " + slab->describe());
   }
   if (streamed && memory.state_slot_elements < 2)
@@ -100,7 +114,8 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
                              Communicator& communicator, int world_size)
     : config_(config),
       layout_(layout),
-      memory_(checked(memory, layout, communicator)),
+      shard_(shard_of(memory, layout, communicator, world_size)),
+      memory_(checked(memory, layout, shard_, communicator)),
       params_(ParameterSet::bind(layout, memory.working.data, memory.working.dtype, memory.working.device)),
       grad_params_(ParameterSet::bind(layout, memory.grads.data, DType::F32, memory.grads.device)),
       capacity_(capacity),
@@ -109,7 +124,7 @@ PolicyTrainer::PolicyTrainer(const ModelConfig& config, const ParameterLayout& l
       tokens_(bind_token_buffers(static_cast<char*>(memory.activations) + align_up(acts_.bytes),
                                  memory.working.device, capacity.max_tokens)),
       transformer_(config_, backend_->ops()),
-      optimizer_(std::make_unique<OptimizerStep>(layout, memory_, *backend_)),
+      optimizer_(std::make_unique<OptimizerStep>(layout, shard_, memory_, *backend_)),
       communicator_(communicator),
       world_size_(world_size) {}
 
@@ -282,32 +297,62 @@ double PolicyTrainer::sum_over_ranks(double value) {
   return total;
 }
 
+Tensor PolicyTrainer::shard_part(const Tensor& slab) const {
+  return Tensor::view(slab.ptr<float>() + shard_.begin(), DType::F32, slab.device, {shard_.elements()});
+}
+
+Tensor PolicyTrainer::reduce_gradients(bool gradients_add_up) {
+  const Tensor& grads = memory_.grads;
+  const bool sharded = shard_.ranks() > 1;
+  backend_->synchronize();  // the collective runs on the communicator's own stream
+  if (sharded)
+    communicator_.reduce_scatter_sum(grads.ptr<float>(), shard_.counts());
+  else
+    communicator_.all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
+  communicator_.synchronize();
+  const Tensor owned = shard_part(grads);
+  if (world_size_ > 1 && !gradients_add_up) backend_->scale(owned, 1.0f / static_cast<float>(world_size_));
+  return owned;
+}
+
 TrainStepResult PolicyTrainer::update(double lr, int64_t step, const PolicyTrainerSettings& settings,
                                       bool gradients_add_up) {
-  const Tensor& grads = memory_.grads;
-  backend_->synchronize();  // the collective runs on the communicator's own stream
-  communicator_.all_reduce_sum(grads.ptr<float>(), static_cast<size_t>(grads.numel()));
-  communicator_.synchronize();
-  if (world_size_ > 1 && !gradients_add_up) backend_->scale(grads, 1.0f / static_cast<float>(world_size_));
+  const bool sharded = shard_.ranks() > 1;
+  const Tensor owned = reduce_gradients(gradients_add_up);
   TrainStepResult result;
-  result.grad_norm = std::sqrt(backend_->square_sum(grads));
+  // Sharded, the norm is the global one: the shards' square sums added over the ranks, the
+  // same on every rank (a NaN or infinity in any shard makes it non-finite on all of them).
+  const double square_sum = backend_->square_sum(owned);
+  result.grad_norm = std::sqrt(sharded ? sum_over_ranks(square_sum) : square_sum);
   if (settings.max_grad_norm > 0) {
     const double factor = clip_scale(result.grad_norm, settings.max_grad_norm);
-    if (factor != 1) backend_->scale(grads, static_cast<float>(factor));
+    if (factor != 1) backend_->scale(owned, static_cast<float>(factor));
   }
   if (!std::isfinite(result.grad_norm)) {  // skip the update, keep the weights
     // Unseen so far: one micro-batch on one rank, or another rank's gradients brought it.
     if (non_finite_.empty()) {
-      const std::string local = first_non_finite_gradient(*backend_, grads, layout_);
-      non_finite_ = (world_size_ > 1 ? "after the all-reduce, tensor " : "micro-batch 1 of 1, tensor ") + local;
+      const std::string local =
+          first_non_finite_gradient(*backend_, memory_.grads, layout_, shard_.begin(), shard_.end());
+      if (sharded)
+        non_finite_ = local.empty() ? "after the reduce-scatter, in another rank's shard"
+                                    : "after the reduce-scatter, tensor " + local;
+      else
+        non_finite_ = (world_size_ > 1 ? "after the all-reduce, tensor " : "micro-batch 1 of 1, tensor ") + local;
     }
     result.non_finite = non_finite_;
     return result;
   }
   const auto start = std::chrono::steady_clock::now();
   result.state_bytes_streamed = optimizer_->run(settings.optimizer, lr, step);
-  // An F32 working copy apart from the master weights (a BF16 one is written by AdamW).
-  if (memory_.working.dtype != DType::BF16 && memory_.working.data != memory_.master.data) backend_->ops().copy(memory_.working, memory_.master);
+  // An F32 working copy apart from the master weights (a BF16 one is written by the optimizer).
+  const Tensor& working = memory_.working;
+  if (working.dtype != DType::BF16 && working.data != memory_.master.data)
+    backend_->ops().copy(shard_part(working), memory_.master);
+  if (sharded) {  // every rank's updated shard of the working copy reaches every rank
+    backend_->synchronize();
+    communicator_.all_gather(working.data, shard_.counts(), dtype_size(working.dtype));
+    communicator_.synchronize();
+  }
   backend_->synchronize();
   result.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -4,7 +4,9 @@
 // or supervised cross-entropy for the SFT warm-up), backward with the gradients adding up
 // over the micro-batches, gradient all-reduce over ranks, norm clipping and the optimizer
 // (AdamW, or Muon for the layers' matrices and AdamW for the rest) on the FP32 master
-// weights.
+// weights. Under ZeRO-1 (memory.shard split over the ranks) the gradients are
+// reduce-scattered instead, each rank updates its shard of the master weights and state,
+// and the working copy is all-gathered.
 //
 // Each micro-batch's loss gradient is normalised by the whole rank batch's denominators
 // (and, for global-token-sum, the step's), so the update is the one of the batch taken
@@ -29,6 +31,7 @@
 #include "model/transformer.h"
 #include "train/muon.h"
 #include "train/optimizer_settings.h"
+#include "train/optimizer_shards.h"
 #include "train/policy_loss.h"
 #include "world/communicator.h"
 
@@ -71,7 +74,8 @@ struct PolicyTrainerSettings {
   int64_t micro_batch_tokens = 0;
 };
 
-// Flat views [layout.slab_elements()] of the slabs, all on one device.
+// Flat views [layout.slab_elements()] of the slabs, all on one device; under ZeRO-1,
+// master, exp_avg and exp_avg_sq are [shard.elements()], the rank's shard of them.
 struct PolicyTrainerMemory {
   // F32. The optimizer's state: AdamW's moments; under Muon, exp_avg holds the momentum
   // of Muon's matrices (and their part of exp_avg_sq stays unused). With state_staging,
@@ -89,6 +93,9 @@ struct PolicyTrainerMemory {
   // values each on the device (optimizer_state_chunks.h).
   float* state_staging = nullptr;
   size_t state_slot_elements = 0;
+  // ZeRO-1: the split of the master weights and state over the communicator's ranks, seen
+  // from this rank (its ranks() equal to world_size). Empty bounds: the whole slab.
+  SlabShards shard;
 };
 
 class PolicyTrainer {
@@ -158,6 +165,11 @@ class PolicyTrainer {
                  std::span<float> entropy, const PolicyTrainerSettings& settings);
   void backward(const MicroBatch& micro, const Tensor& logits, const PolicyLoss& gradient,
                 const PolicyTrainerSettings& settings);
+  // This rank's shard of a whole F32 slab (all of it unsharded).
+  Tensor shard_part(const Tensor& slab) const;
+  // The gradients summed over ranks: all-reduced, or reduce-scattered onto this rank's
+  // shard under ZeRO-1; then averaged unless they add up. Returns the shard's part of them.
+  Tensor reduce_gradients(bool gradients_add_up);
   // gradients_add_up: each rank's loss is already a share of the global loss (normalised by
   // the global token count), so the ranks' gradients add up; otherwise they are averaged.
   TrainStepResult update(double lr, int64_t step, const PolicyTrainerSettings& settings, bool gradients_add_up);
@@ -168,6 +180,7 @@ class PolicyTrainer {
 
   ModelConfig config_;
   const ParameterLayout& layout_;
+  SlabShards shard_;  // memory.shard, or the whole slab
   PolicyTrainerMemory memory_;
   ParameterSet params_, grad_params_, reference_;
   ActivationCapacity capacity_;

@@ -58,6 +58,7 @@ class CheckpointWriter {
   void publish();
   // Waits for the checkpoint in flight; rethrows its failure.
   void wait();
+  bool in_flight() const { return thread_.joinable(); }
 
   // The newest committed checkpoint's path, empty until one is (after wait()).
   const std::string& last_committed() const { return last_committed_; }

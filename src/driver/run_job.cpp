@@ -463,8 +463,10 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   }
   set_log_step(-1);
   if (root) {
-    ScopedPhase phase(timers, "checkpoint");
-    checkpoint_writer.wait();
+    if (checkpoint_writer.in_flight()) {
+      ScopedPhase phase(timers, "checkpoint");
+      checkpoint_writer.wait();
+    }
     last_checkpoint = checkpoint_writer.last_committed();
   }
   if (root) write_report(folder, report);

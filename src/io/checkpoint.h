@@ -12,6 +12,9 @@
 // fsynced, then renamed into place and the folder fsynced. A file under the final name
 // is therefore always whole; `complete` guards against copies and hand edits as well,
 // and the checksums against bytes that changed on disk: read_tensor verifies them.
+// The tensors' bytes bypass H5Dwrite: HDF5 allocates each dataset's contiguous storage,
+// and the bytes go there in large writes paced to the disk (disk_stream.h). HDF5
+// objects carry no modification times, so one state always makes the same file.
 //
 // A checkpoint may have companions, `<what>.ckpt_<step>.h5` beside it (the run file as
 // of that step: run.ckpt_<step>.h5), written durably before the checkpoint is committed;

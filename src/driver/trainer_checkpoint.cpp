@@ -1,6 +1,7 @@
 #include "driver/trainer_checkpoint.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tensor/device_copy.h"
 #include "tensor/finite.h"
@@ -48,17 +49,20 @@ size_t TrainerCheckpoint::host_floats() const {
 
 void TrainerCheckpoint::gather_into(float* host) const {
   const SlabShards& shard = memory_.shard();
+  const int64_t slab_elements = memory_.layout().slab_elements();
+  if (shard.ranks() == 1) {  // every rank holds the whole slabs: rank 0's are written
+    for (const Slab& slab : slabs_)
+      if (host) copy_tensor_to_host(std::exchange(host, host + slab_elements), slab.memory);
+    return;
+  }
   int rank = 0;
   MPI_Comm_rank(comm_, &rank);
-  if (shard.ranks() == 1 && rank != 0) return;  // every rank holds the whole slabs: rank 0's are written
-  const int64_t slab_elements = memory_.layout().slab_elements();
   std::vector<float> own;  // a shard on its way to rank 0
   if (rank != 0) own.resize(static_cast<size_t>(shard.elements()));
   for (const Slab& slab : slabs_) {
     float* const whole = rank == 0 ? host : nullptr;
     copy_tensor_to_host(rank == 0 ? whole + shard.begin() : own.data(), slab.memory);
     if (rank == 0) host += slab_elements;
-    if (shard.ranks() == 1) continue;
     // Point to point in slices (a whole slab's offsets pass MPI's int counts on large
     // models), every rank in each round: the stall guard's token ring keeps them in step.
     constexpr int64_t kSlice = int64_t{1} << 28;

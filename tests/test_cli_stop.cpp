@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "io/run_file.h"
 #include "support.h"
@@ -21,6 +23,22 @@ using tandem::testing::run_command;
 using tandem::testing::TempDir;
 
 namespace {
+
+// Seconds from the first to the last "HH:MM:SS.ffffff" time stamp that starts a line of
+// tandem's log (the run does not pass midnight twice).
+double log_span_seconds(const std::string& output) {
+  std::vector<double> stamps;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    int hours = 0, minutes = 0;
+    double seconds = 0;
+    if (line.size() > 15 && line[2] == ':' && line[5] == ':' && std::sscanf(line.c_str(), "%2d:%2d:%lf", &hours, &minutes, &seconds) == 3)
+      stamps.push_back(hours * 3600.0 + minutes * 60.0 + seconds);
+  }
+  if (stamps.size() < 2) return 0;
+  const double span = stamps.back() - stamps.front();
+  return span < 0 ? span + 86400 : span;
+}
 
 std::string tandem_cmd(const std::string& args) { return tandem::testing::tandem_binary() + " " + args; }
 
@@ -134,7 +152,11 @@ TEST(CliStop, MaxTimeStopsBeforeTheLimitWithACheckpoint) {
   EXPECT_GT(step, 1);
   EXPECT_LT(step, 1000);
   EXPECT_EQ(RunFile::open(dir.path() / "max" / kRunFileName).steps().back(), step);
-  EXPECT_LT(seconds, 3.0 + 3.0) << "3 s of run.max-time, plus the start-up before it counts";
+  // The limit holds for tandem's own clock, from its first log line to its last; the
+  // process's start (loading the CUDA libraries) comes before it and takes what the
+  // machine's load makes it, so the wall time gets a wide bound only.
+  EXPECT_LT(log_span_seconds(result.output), 3.0) << result.output;
+  EXPECT_LT(seconds, 3.0 + 10.0) << "3 s of run.max-time, plus the start-up before it counts";
 }
 
 // MPMD: each rank reads its own deck. Different values refuse to start, naming the key; a

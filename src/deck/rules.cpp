@@ -126,6 +126,18 @@ void kv_cache_holds_one_block(const Deck& deck) {
                       " bytes for this model in " + dtype_name(smallest) + ")");
 }
 
+// Engines on rollout ranks have no trainer in their process to alias or copy from, and the
+// disk-delta transport serves colocated ranks only so far: rollout ranks take broadcast,
+// which in turn needs ranks to broadcast to. (world.rollout-ranks against the number of
+// ranks is checked at start-up, where the ranks are known.)
+void rollout_ranks_use_the_broadcast_transport(const Deck& deck) {
+  const bool split = deck.get<int64_t>("world.rollout-ranks") > 0;
+  if (split == (deck.get<std::string>("sync.transport") == "broadcast")) return;
+  contradiction(deck, {"world.rollout-ranks", "sync.transport"},
+                split ? "rollout ranks get their weights by sync.transport = broadcast"
+                      : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -138,6 +150,7 @@ const std::vector<DeckRule>& tandem_rules() {
       run_name_is_a_plain_name,
       group_size_gives_advantages,
       kv_cache_holds_one_block,
+      rollout_ranks_use_the_broadcast_transport,
   };
   return rules;
 }

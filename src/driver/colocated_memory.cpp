@@ -10,7 +10,7 @@ namespace tandem {
 
 ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype,
                                  TransportKind transport, float* optimizer_state, size_t state_slot_bytes,
-                                 const DiskDeltaSettings& disk_delta, MPI_Comm comm)
+                                 const DiskDeltaSettings& disk_delta, MPI_Comm comm, const BroadcastSettings& broadcast)
     : pool_(pool), layout_(layout), working_dtype_(working_dtype), optimizer_state_(optimizer_state) {
   const bool alias = transport == TransportKind::Alias;
   master_ = pool.allocate(tags::master_weights, layout.slab_bytes(DType::F32), "trainer.master_weights");
@@ -28,8 +28,12 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
     transport_ = std::make_unique<AliasTransport>(working());
   else if (transport == TransportKind::Copy)
     transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype);
-  else
+  else if (transport == TransportKind::DiskDelta)
     transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype, disk_delta, comm);
+  else {
+    const Tensor source = working();
+    transport_ = std::make_unique<BroadcastTransport>(pool, layout, working_dtype, broadcast, &source);
+  }
 }
 
 ColocatedMemory::~ColocatedMemory() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/parameters.h"
+#include "sync/broadcast_transport.h"
 #include "sync/disk_delta_transport.h"
 #include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
@@ -24,10 +25,11 @@ class ColocatedMemory {
   // of pool allocations; the trainer streams them through two staging slots of
   // state_slot_bytes, the only state on the device (tag optimizer: transient, dropped
   // rather than offloaded).
-  // disk_delta and comm serve the disk-delta transport only (collective over comm).
+  // disk_delta and comm serve the disk-delta transport only (collective over comm), and
+  // broadcast the broadcast transport of a trainer rank (the engines are on rollout ranks).
   ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout, DType working_dtype, TransportKind transport,
                   float* optimizer_state = nullptr, size_t state_slot_bytes = 0, const DiskDeltaSettings& disk_delta = {},
-                  MPI_Comm comm = MPI_COMM_SELF);
+                  MPI_Comm comm = MPI_COMM_SELF, const BroadcastSettings& broadcast = {});
   ~ColocatedMemory();
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;

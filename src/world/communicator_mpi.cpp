@@ -28,7 +28,7 @@ class MpiCommunicator final : public Communicator {
       const int n = static_cast<int>(std::min(kSlice, count - offset));
       MPI_Request request;
       check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_, &request), "MPI_Iallreduce");
-      wait_for_ranks(request, "the gradient all-reduce");
+      wait_for_ranks(request, "the gradient all-reduce", comm_);
     }
   }
   void broadcast(void* data, size_t bytes, int root) override {
@@ -38,7 +38,7 @@ class MpiCommunicator final : public Communicator {
       const int n = static_cast<int>(std::min(kSlice, bytes - offset));
       MPI_Request request;
       check_mpi(MPI_Ibcast(base + offset, n, MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
-      wait_for_ranks(request, "a broadcast");
+      wait_for_ranks(request, "a broadcast", comm_);
     }
   }
   void synchronize() override {}

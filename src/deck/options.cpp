@@ -26,6 +26,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
       {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
       {"world.stall-timeout", Seconds, "10min", "", "a rank that does not reach one of the step's collectives this long after the others is reported by rank and collective, and the job ends; 0 = wait forever", at_least(0)},
+      // rollout ranks apart from trainer ranks (issue 12)
+      {"world.rollout-ranks", Int, "0", "ranks", "the last this many ranks run rollout engines only and the others train only; 0 = every rank trains and generates (colocated)", at_least(0)},
 
       {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
       {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},
@@ -40,9 +42,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = baseline ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
       {"sync.compression-level", Int, "1", "", "disk-delta: zstd level of the deltas", between(1, 22)},
       {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted", at_least(1)},
-
-      // Rollout ranks apart from trainer ranks (issue 12)
-      {"world.rollout-ranks", Int, "0", "ranks", "the last this many ranks run rollout engines only and the others train only; 0 = every rank trains and generates (colocated)", at_least(0)},
+      // the broadcast to rollout ranks (issue 12)
       {"sync.bucket-bytes", Bytes, "512MiB", "bytes", "broadcast: the weights go out in buckets of this size", at_least(1)},
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},

@@ -10,6 +10,7 @@
 #include "model/parameters.h"
 #include "sync/broadcast_transport.h"
 #include "tensor/memory_pool.h"
+#include "test_model_support.h"
 #include "world/roles.h"
 #include "world/stall_guard.h"
 #include "world/world.h"
@@ -17,18 +18,6 @@
 using namespace tandem;
 
 namespace {
-
-ModelConfig tiny_model() {
-  ModelConfig config;
-  config.layers = 2;
-  config.hidden = 32;
-  config.heads = 4;
-  config.kv_heads = 2;
-  config.head_dim = 8;
-  config.intermediate = 64;
-  config.vocab = 50;
-  return config;
-}
 
 void fill_random(const Tensor& tensor, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -65,7 +54,7 @@ TEST(Roles, TheLastRanksRollOutAndTrainerZeroLinksThem) {
 TEST(BroadcastTransport, EnginesHoldTheTrainersWorkingCopyBitForBit) {
   auto world = World::create(MPI_COMM_WORLD, WorldOptions{"cpu", 1});
   set_stall_timeout(MPI_COMM_WORLD, 60);
-  const ParameterLayout layout(tiny_model());
+  const ParameterLayout layout(tandem::testing::tiny_config(true, false, false));
   auto pool = MemoryPool::create(Device::CPU);
   for (const DType dtype : {DType::BF16, DType::F32}) {
     for (int engines : {1, world->size() - 1}) {

@@ -1,8 +1,9 @@
 // world.rollout-ranks as the user runs it, under mpirun (-np 3, 4 and 5): T trainer ranks
 // and K rollout ranks take the same steps as T colocated ranks (the seeds follow the
 // prompts, not the rank that samples them), a split run resumes, a signal to a rollout
-// rank stops every rank at one step, a failure of the trainers ends the engines too, and
-// a split that leaves no trainer is a deck error.
+// rank stops every rank at one step, a failure of the trainers ends the engines too, an
+// engine's error ends every rank with its message, and a split that leaves no trainer is
+// a deck error.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -109,6 +110,18 @@ TEST(CliRolloutRanks, TheTrainersFailureEndsTheRolloutRanks) {
   const auto result = run_command(mpirun(3) + run_args(dir, "nan", 1) + " --grpo.lr=1e30 --train.micro-batch-tokens=64");
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("the gradients hold NaN or Inf"), std::string::npos) << result.output;
+}
+
+// Sequences longer than the KV cache holds: each rollout rank's engine refuses its share,
+// and every rank leaves together (no MPI_Abort) with each rollout rank's message.
+TEST(CliRolloutRanks, AnEngineErrorFailsEveryRankWithEachRolloutRanksMessage) {
+  TempDir dir;
+  const auto result =
+      run_command(mpirun(4) + run_args(dir, "kv", 2) + " --rollout.kv-cache=16KiB --grpo.max-new-tokens=40");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  for (const char* rank : {"rollout rank 2: engine: request", "rollout rank 3: engine: request"})
+    EXPECT_NE(result.output.find(rank), std::string::npos) << rank << "\n" << result.output;
+  EXPECT_EQ(result.output.find("MPI_ABORT"), std::string::npos) << result.output;
 }
 
 TEST(CliRolloutRanks, ASplitMustLeaveATrainerAndUseTheBroadcastTransport) {

@@ -38,13 +38,18 @@ EngineCommand broadcast_command(MPI_Comm link, const EngineCommand& command);
 // samples: every engines-th one.
 std::vector<uint64_t> engine_share(const EngineCommand& round, int engine, int engines);
 
-// A rollout rank's answer to a round, and the trainers' copy of the whole round: the
-// groups, or the error that stopped a rank.
+// A rollout rank's answer to a round: its groups, or the error that stopped it.
 std::string groups_reply(const std::vector<SampledGroup>& groups);
 std::string error_reply(ExitCode code, const std::string& message);
-// The groups of every reply, in reply order. Any error reply fails every rank that reads
-// the same replies (RanksFailedError with each error, which names its rank). Empty
-// replies (trainer rank 0's place in a gathering over the link) are skipped.
-std::vector<SampledGroup> read_replies(const std::vector<std::string>& replies);
+
+// Collective over the link: every rollout rank's reply (trainer rank 0 passes ""). Any
+// error reply fails every rank of the link together (RanksFailedError with each error,
+// which names its rank); else trainer rank 0 returns every engine's groups (in engine
+// order) and the engines return none: the groups travel to trainer rank 0 alone.
+std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
+
+// Trainer rank 0 hands the round on to the other trainers as one reply (error_reply when
+// the round failed); read_reply turns it back into groups, or throws that error.
+std::vector<SampledGroup> read_reply(const std::string& reply);
 
 }  // namespace tandem

@@ -40,7 +40,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
         } catch (const std::exception& e) {
           reply = error_reply(exit_code_of(e), name + ": " + e.what());
         }
-        read_replies(all_gather_strings(roles.link(), reply));  // an engine's error fails every rank
+        gather_round(roles.link(), reply);  // an engine's error fails every rank
         break;
       }
       case EngineOrder::Sync: weights.sync(); break;

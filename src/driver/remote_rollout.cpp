@@ -43,17 +43,15 @@ std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, in
   if (roles_.link() != MPI_COMM_NULL) {
     const EngineCommand order{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), trainers * count};
     broadcast_command(roles_.link(), order);
-    // The engines' groups, or every engine's error, which the engines read as well.
-    const std::vector<std::string> replies = all_gather_strings(roles_.link(), "");
     try {
-      round = groups_reply(read_replies(replies));
+      round = groups_reply(gather_round(roles_.link(), ""));
     } catch (const RanksFailedError& error) {
       engines_left_ = true;  // they fail with this error too
       round = error_reply(error.code(), error.what());
     }
   }
   broadcast_string(roles_.comm(), round, 0, "the handing out of a round's groups");
-  std::vector<SampledGroup> groups = read_replies({round});
+  std::vector<SampledGroup> groups = read_reply(round);
   std::sort(groups.begin(), groups.end(),
             [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
   const auto mine = groups.begin() + rank * count;

@@ -1,7 +1,8 @@
 // world.rollout-ranks as the user runs it, under mpirun (-np 3, 4 and 5): T trainer ranks
 // and K rollout ranks take the same steps as T colocated ranks (the seeds follow the
 // prompts, not the rank that samples them), a split run resumes, a signal to a rollout
-// rank stops every rank at one step, a failure of the trainers ends the engines too, an
+// rank stops every rank at one step and a stopped one is named, a failure of the trainers
+// ends the engines too, an
 // engine's error ends every rank with its message, and a split that leaves no trainer is
 // a deck error.
 #include <gtest/gtest.h>
@@ -38,6 +39,15 @@ std::string run_args(const TempDir& dir, const std::string& name, int rollout_ra
 
 // `trainers` trainer ranks with 1, 2 or 4 rollout ranks against as many colocated ranks;
 // 4 engines get fewer groups than there are of them in a round of 2 prompts.
+// The process of mpirun's children that Open MPI numbers `rank`; 0 if none.
+int process_of_rank(const std::vector<int>& processes, int rank) {
+  for (const int pid : processes)
+    if (tandem::testing::read_text("/proc/" + std::to_string(pid) + "/environ")
+            .find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+      return pid;
+  return 0;
+}
+
 void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts) {
   TempDir dir;
   const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0));
@@ -89,18 +99,32 @@ TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {
   ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
   const std::vector<int> ranks = job.children();
   ASSERT_EQ(ranks.size(), 3u);
-  // The rollout rank: the one Open MPI numbers 2.
-  const auto rollout_rank = std::find_if(ranks.begin(), ranks.end(), [](int pid) {
-    const std::string environment = tandem::testing::read_text("/proc/" + std::to_string(pid) + "/environ");
-    return environment.find(std::string("OMPI_COMM_WORLD_RANK=2") + '\0') != std::string::npos;
-  });
-  ASSERT_NE(rollout_rank, ranks.end());
-  kill(*rollout_rank, SIGTERM);
+  const int rollout_rank = process_of_rank(ranks, 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGTERM);
   const int code = job.wait();
   const std::string output = tandem::testing::read_text(dir / "out");
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
   EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
+}
+
+// A rollout rank that stops (SIGSTOP) is named by trainer rank 0, its neighbour on the
+// link, within world.stall-timeout, and the job ends.
+TEST(CliRolloutRanks, AStoppedRolloutRankIsReported) {
+  TempDir dir;
+  tandem::testing::BackgroundCommand job(
+      mpirun(3, false) + run_args(dir, "stall", 1) + " --run.steps=1000 --world.stall-timeout=4s", dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const int rollout_rank = process_of_rank(job.children(), 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGSTOP);
+  const bool ended = job.ended_within(40);
+  kill(rollout_rank, SIGCONT);
+  const std::string output = tandem::testing::read_text(dir / "out");
+  ASSERT_TRUE(ended) << output;
+  EXPECT_EQ(job.wait(), 1) << output;
+  EXPECT_NE(output.find("rank 2 has not reached "), std::string::npos) << output;
 }
 
 // lr = 1e30: the trainers stop with exit 3 at the first non-finite step, and the rollout

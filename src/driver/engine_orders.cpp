@@ -1,5 +1,7 @@
 #include "driver/engine_orders.h"
 
+#include <algorithm>
+
 #include "world/stall_guard.h"
 #include "world/world.h"
 
@@ -47,10 +49,14 @@ void throw_errors(const std::vector<std::string>& replies) {
 
 std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
   // The errors first, to every rank, so they all fail together; then the groups to rank 0.
-  throw_errors(all_gather_strings(link, is_error(reply) ? reply : ""));
+  // The first gathering waits through the stall guard: a rank that stopped is named.
   int rank = 0, size = 1;
   MPI_Comm_rank(link, &rank);
   MPI_Comm_size(link, &size);
+  const int failed = is_error(reply);
+  std::vector<int> failures(size);
+  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of a round's groups");
+  if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
   const std::string bytes = reply.empty() ? std::string() : reply.substr(1);
   int length = static_cast<int>(bytes.size());
   std::vector<int> lengths(size), offsets(size);

@@ -28,6 +28,8 @@ const std::vector<OptionSpec>& tandem_options() {
       {"world.log-all-ranks", Bool, "false", "", "ranks other than 0 log at log-level too, not just warnings and errors"},
       {"world.threads", Int, "0", "", "CPU threads per rank; 0 = the cores of the node divided among its ranks", at_least(0)},
       {"world.stall-timeout", Seconds, "10min", "", "a rank that does not reach one of the step's collectives this long after the others is reported by rank and collective, and the job ends; 0 = wait forever", at_least(0)},
+      // rollout ranks apart from trainer ranks (issue 12)
+      {"world.rollout-ranks", Int, "0", "ranks", "the last this many ranks run rollout engines only and the others train only; 0 = every rank trains and generates (colocated)", at_least(0)},
 
       {"memory.offload-train", Bool, "true", "", "move the trainer's weights, gradients and optimizer state to host memory during rollout"},
       {"memory.offload-rollout", Bool, "true", "", "release the rollout engine's GPU memory during training"},
@@ -36,12 +38,14 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
       {"memory.host-limit", Bytes, "0", "bytes", "host memory a rank may use; 0 = the cgroup's memory.max, else MemTotal. A predicted host peak above it stops the job at start-up", {}},
-      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach a colocated engine: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = compressed, checksummed deltas against a baseline through sync.path", {}, {"alias", "copy", "disk-delta"}},
+      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach the engines: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = compressed, checksummed deltas against a baseline through sync.path (colocated ranks); broadcast = trainer rank 0 broadcasts the working-dtype weights to the rollout ranks (world.rollout-ranks > 0)", {}, {"alias", "copy", "disk-delta", "broadcast"}},
       {"sync.path", Path, "", "", "disk-delta: the folder every rank sees that holds the versions (weight_v000001/ ...); empty = <run folder>/weights"},
       {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from and the deltas are against; empty = the engines' first weights"},
       {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = baseline ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
       {"sync.compression-level", Int, "1", "", "disk-delta: zstd level of the deltas", between(1, 22)},
       {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted", at_least(1)},
+      // the broadcast to rollout ranks (issue 12)
+      {"sync.bucket-bytes", Bytes, "512MiB", "bytes", "broadcast: the weights go out in buckets of this size", at_least(1)},
 
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},

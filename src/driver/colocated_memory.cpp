@@ -35,9 +35,13 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
     transport_ = std::make_unique<AliasTransport>(working());
   else if (settings.transport == TransportKind::Copy)
     transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype_);
-  else
+  else if (settings.transport == TransportKind::DiskDelta)
     transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype_, settings.disk_delta,
                                                       settings.comm);
+  else {
+    const Tensor source = working();
+    transport_ = std::make_unique<BroadcastTransport>(pool, layout, working_dtype_, settings.broadcast, &source);
+  }
 }
 
 ColocatedMemory::~ColocatedMemory() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/parameters.h"
+#include "sync/broadcast_transport.h"
 #include "sync/disk_delta_transport.h"
 #include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
@@ -32,6 +33,8 @@ struct ColocatedMemorySettings {
   // The disk-delta transport's only (collective over comm).
   DiskDeltaSettings disk_delta;
   MPI_Comm comm = MPI_COMM_SELF;
+  // The broadcast transport of a trainer rank (the engines are on rollout ranks).
+  BroadcastSettings broadcast;
   // ZeRO-1: the part of the master weights and optimizer state this rank holds (with the
   // alias transport only: the working copy is then the one whole-slab copy of the
   // weights). Empty bounds: the whole slab.

@@ -6,8 +6,8 @@
 #include "driver/colocated_memory.h"
 #include "driver/model_from_deck.h"
 #include "driver/optimizer_from_deck.h"
+#include "driver/rollout_from_deck.h"
 #include "driver/run_deck_schema.h"
-#include "driver/task_from_deck.h"
 #include "tensor/device_copy.h"
 #include "train/dynamic_sampling.h"
 #include "world/gpu.h"
@@ -26,7 +26,8 @@ size_t kv_cache_bytes(const Deck& deck, Device device) {
 }
 
 GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
-                   MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm)
+                   MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm,
+                   GroupSource* rollout_ranks)
     : pool_(pool),
       task_(task_from_deck(deck)),
       format_(prompt_format_from_deck(deck, *task_)),
@@ -39,16 +40,13 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
       rank_(rank),
       world_size_(world_size),
       comm_(comm),
-      seed_(static_cast<uint64_t>(deck.get<int64_t>("run.seed"))),
       sft_lr_(deck.get<double>("sft.lr")),
       rl_schedule_(deck.get<double>("grpo.lr"), deck.get<double>("grpo.lr") * 0.1,
                    std::min(deck.get<int64_t>("grpo.warmup-steps"), rl_steps_), rl_steps_) {
   if (format_.tokenizer().vocab_size() > model.vocab)
     throw std::invalid_argument("model.vocab = " + std::to_string(model.vocab) + " is smaller than the tokenizer's " +
                                 std::to_string(format_.tokenizer().vocab_size()) + " tokens");
-  sampling_.temperature = static_cast<float>(deck.get<double>("grpo.temperature"));
-  sampling_.max_new_tokens = static_cast<int>(deck.get<int64_t>("grpo.max-new-tokens"));
-  sampling_.stop_token_ids = format_.stop_ids();
+  const GroupSamplingSettings sampling = group_sampling_from_deck(deck, format_);
   advantages_.scale_by_std = deck.get<bool>("grpo.std-normalisation");
   loss_.eps_low = deck.get<double>("grpo.eps-low");
   loss_.eps_high = deck.get<double>("grpo.eps-high");
@@ -56,27 +54,28 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
   loss_.kl_coef = deck.get<double>("grpo.kl-coef");
   loss_.kl_estimator = kl_estimator_from_name(deck.get<std::string>("grpo.kl-estimator"));
   loss_.entropy_coef = deck.get<double>("grpo.entropy-coef");
-  trainer_settings_.temperature = sampling_.temperature;
+  trainer_settings_.temperature = sampling.sampling.temperature;
   trainer_settings_.max_grad_norm = deck.get<double>("grpo.max-grad-norm");
   trainer_settings_.optimizer = optimizer_settings_from_deck(deck);
   trainer_settings_.micro_batch_tokens = deck.get<int64_t>("train.micro-batch-tokens");
 
-  const int64_t sequence_tokens = longest_prompt_tokens(*task_, format_) + sampling_.max_new_tokens;
+  const int64_t sequence_tokens = sequence_tokens_from_deck(deck, *task_, format_);
   // A pretrained model's prompts are only known here: before the engine and the trainer
   // take their memory.
   fail_together_on_error(comm, [&] { require_micro_batch_holds_a_sequence(deck, sequence_tokens); });
   const int64_t sequences = prompts_per_step_ * group_size_;
   // The engine and the trainer's forward run in the working dtype (FP32 on the CPU).
   const DType dtype = memory.working().dtype;
-  EngineOptions options;
-  options.kv_cache_bytes = kv_cache_bytes(deck, pool.device());
-  options.max_running = static_cast<int>(sequences);
-  options.max_step_tokens = std::max<int64_t>(deck.get<int64_t>("rollout.max-step-tokens"), sequences);
-  options.max_sequence_length = sequence_tokens;
-  options.dtype = dtype;
-  const Tensor engine_weights = memory.engine_weights();
-  engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, dtype, pool.device()), pool,
-                                     options, &format_.tokenizer());
+  if (rollout_ranks) {
+    source_ = rollout_ranks;  // this rank trains only
+  } else {
+    const Tensor engine_weights = memory.engine_weights();
+    engine_ = std::make_unique<Engine>(model, ParameterSet::bind(layout, engine_weights.data, dtype, pool.device()), pool,
+                                       engine_options_from_deck(deck, *task_, format_, sequences, dtype, pool.device()),
+                                       &format_.tokenizer());
+    local_sampler_ = std::make_unique<LocalGroupSampler>(*engine_, *task_, format_, sampling);
+    source_ = local_sampler_.get();
+  }
   // Transient: the handoffs drop them between train phases instead of copying them.
   const int64_t micro_batch = trainer_settings_.micro_batch_tokens;
   // A micro-batch holds whole sequences (checked above), of one token or more each.
@@ -103,6 +102,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
 }
 
 GrpoStep::~GrpoStep() {
+  local_sampler_.reset();
   engine_.reset();  // its KV cache is pool memory too
   trainer_.reset();
   pool_.release(activations_);
@@ -110,42 +110,19 @@ GrpoStep::~GrpoStep() {
 }
 
 std::vector<SampledGroup> GrpoStep::draw(int64_t step, uint64_t first, RolloutSummary& summary) {
-  std::vector<SampledGroup> groups(static_cast<size_t>(prompts_per_step_));
-  std::vector<Prompt> prompts;
-  std::vector<GenerationRequest> requests;
-  for (SampledGroup& group : groups) {
-    group.prompt_index = first + prompts.size();
-    prompts.push_back(task_->sample(group.prompt_index));
-    group.prompt_text = format_.input_text(prompts.back().text);
-    group.prompt = format_.input_ids(group.prompt_text);
-    for (int64_t g = 0; g < group_size_; ++g) {
-      GenerationRequest request;
-      // Ids and seeds follow the global prompt index, not the rank: the same prompts get
-      // the same samples whatever the number of ranks they are spread over.
-      request.id = group.prompt_index * static_cast<uint64_t>(group_size_) + static_cast<uint64_t>(g);
-      request.prompt = group.prompt;
-      request.sampling = sampling_;
-      request.sampling.seed = seed_ * 1000003u + static_cast<uint64_t>(step) * 7919u;
-      requests.push_back(std::move(request));
+  std::vector<SampledGroup> groups = source_->sample(step, first, prompts_per_step_);
+  for (const SampledGroup& group : groups)
+    for (const SampledGroup::Sample& sample : group.samples) {
+      summary.reward_mean += sample.reward;
+      summary.reward_square_mean += sample.reward * sample.reward;
+      summary.accuracy += sample.correct;
+      summary.format_rate += sample.format;
+      summary.response_length += static_cast<double>(sample.tokens.size());
+      summary.generated_tokens += static_cast<int64_t>(sample.tokens.size());
+      ++summary.drawn_samples;
+      if (summary.example.empty())
+        summary.example = task_->sample(group.prompt_index).text + sample.text + (sample.correct ? "  (right)" : "  (wrong)");
     }
-  }
-  const std::vector<Completion> completions = engine_->generate(requests);
-  for (size_t r = 0; r < completions.size(); ++r) {
-    const Completion& completion = completions[r];
-    const Prompt& prompt = prompts[r / group_size_];
-    SampledGroup::Sample sample{completion.tokens, completion.logprobs, format_.completion_text(completion.tokens)};
-    const RewardBreakdown judged = task_->judge(prompt, sample.text);
-    sample.reward = judged.total;
-    summary.reward_mean += judged.total;
-    summary.reward_square_mean += judged.total * judged.total;
-    summary.accuracy += judged.correct;
-    summary.format_rate += judged.format;
-    summary.response_length += static_cast<double>(completion.tokens.size());
-    summary.generated_tokens += static_cast<int64_t>(completion.tokens.size());
-    ++summary.drawn_samples;
-    if (summary.example.empty()) summary.example = prompt.text + sample.text + (judged.correct ? "  (right)" : "  (wrong)");
-    groups[r / group_size_].samples.push_back(std::move(sample));
-  }
   return groups;
 }
 

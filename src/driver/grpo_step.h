@@ -19,6 +19,7 @@
 #include "deck/deck.h"
 #include "io/run_file.h"
 #include "rollout/engine.h"
+#include "driver/group_sampler.h"
 #include "driver/sampled_group.h"
 #include "tasks/prompt_format.h"
 #include "tasks/task.h"
@@ -53,8 +54,11 @@ struct RolloutSummary {
 
 class GrpoStep {
  public:
+  // rollout_ranks: where the groups come from when this rank trains only (the rollout
+  // ranks' client); null: a colocated rank, which builds its own engine.
   GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLayout& layout, ColocatedMemory& memory,
-           MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm);
+           MemoryPool& pool, Communicator& communicator, int rank, int world_size, MPI_Comm comm,
+           GroupSource* rollout_ranks = nullptr);
   ~GrpoStep();
 
   // The step's prompts from global index `cursor` on (the prompts the run has consumed),
@@ -83,14 +87,14 @@ class GrpoStep {
   int64_t dynamic_sampling_rounds_;
   int rank_, world_size_;
   MPI_Comm comm_;
-  uint64_t seed_;
-  SamplingParams sampling_;
   AdvantageSettings advantages_;
   PolicyLossSettings loss_;
   PolicyTrainerSettings trainer_settings_;
   double sft_lr_;
   LrSchedule rl_schedule_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Engine> engine_;  // colocated: the rank's own, sampled by local_sampler_
+  std::unique_ptr<LocalGroupSampler> local_sampler_;
+  GroupSource* source_ = nullptr;  // local_sampler_, or the rollout ranks
   std::unique_ptr<PolicyTrainer> trainer_;
 };
 

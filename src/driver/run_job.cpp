@@ -12,6 +12,8 @@
 
 #include "driver/checkpoint_writer.h"
 #include "driver/colocated_memory.h"
+#include "driver/engine_rank.h"
+#include "driver/remote_rollout.h"
 #include "driver/grpo_step.h"
 #include "driver/handoff_plan.h"
 #include "driver/model_from_deck.h"
@@ -36,6 +38,7 @@
 #include "world/slurm_end_time.h"
 #include "world/stall_guard.h"
 #include "world/stop_point.h"
+#include "world/roles.h"
 #include "world/table.h"
 #include "world/world.h"
 #include "world/version.h"
@@ -63,6 +66,10 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
   config.peak_device = deck.get<std::string>("memory.colocate-memory-peak-device") == "gpu" ? PeakDevice::Gpu : PeakDevice::Cpu;
   config.weights_shared = transport_kind_from_name(deck.get<std::string>("sync.transport")) == TransportKind::Alias;
   config.optimizer_off_device = deck.get<std::string>("optimizer.state") != "device";
+  if (deck.get<int64_t>("world.rollout-ranks") > 0) {  // a trainer rank holds no engine: nothing to hand off
+    config.offload_train = config.offload_rollout = false;
+    config.peak_device = PeakDevice::Cpu;
+  }
   return config;
 }
 
@@ -77,8 +84,8 @@ DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path
   return settings;
 }
 
-std::string startup_table(const World& world, const Deck& deck, const ModelConfig& model, const ParameterLayout& layout,
-                          DType working_dtype, const fs::path& folder, const SlabShards& shard) {
+std::string startup_table(const World& world, const Roles& roles, const Deck& deck, const ModelConfig& model,
+                          const ParameterLayout& layout, DType working_dtype, const fs::path& folder, const SlabShards& shard) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"version", std::string(tandem_version()) + " (" + tandem_git_revision() + ")"},
       {"run folder", folder.string()},
@@ -87,7 +94,8 @@ std::string startup_table(const World& world, const Deck& deck, const ModelConfi
       {"", ""},
   };
   for (const RankPlacement& p : world.placements())
-    rows.push_back({"rank " + std::to_string(p.rank), p.host + " local " + std::to_string(p.local_rank) + " " + p.device});
+    rows.push_back({"rank " + std::to_string(p.rank),
+                    p.host + " local " + std::to_string(p.local_rank) + " " + p.device + ", " + roles.role_of(p.rank)});
   rows.push_back({"", ""});
   rows.push_back({"model", deck.get<std::string>("model.path").empty() ? "tiny " + std::string(architecture_hf_name(model.arch)) + " (created by tandem)"
                                                                          : deck.get<std::string>("model.path")});
@@ -161,12 +169,12 @@ int run_job(const Deck& deck, MPI_Comm comm) {
   }
 }
 
-static int run_job_logged(const Deck& deck, MPI_Comm comm) {
+static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   const std::time_t start_time = std::time(nullptr);
-  auto world = World::create(comm, WorldOptions{deck.get<std::string>("world.device"),
-                                                static_cast<int>(deck.get<int64_t>("world.threads"))});
+  auto world = World::create(job_comm, WorldOptions{deck.get<std::string>("world.device"),
+                                                    static_cast<int>(deck.get<int64_t>("world.threads"))});
   init_logging({world->rank(), parse_log_level(deck.get<std::string>("world.log-level")), deck.get<bool>("world.log-all-ranks")});
-  set_stall_timeout(comm, deck.get<Seconds>("world.stall-timeout").value);
+  set_stall_timeout(job_comm, deck.get<Seconds>("world.stall-timeout").value);
   const bool root = world->rank() == 0;
   const fs::path folder = fs::path(deck.get<std::string>("run.output-dir")) / deck.get<std::string>("run.name");
   std::string error;
@@ -175,16 +183,25 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     fs::create_directories(folder, failure);
     if (failure) error = "cannot create the run folder " + folder.string() + ": " + failure.message();
   }
-  fail_together(comm, error, kExitBadInput);
+  fail_together(job_comm, error, kExitBadInput);
   add_log_file(folder);
 
+  const int64_t rollout_ranks = deck.get<int64_t>("world.rollout-ranks");
+  if (rollout_ranks >= world->size())  // the same on every rank
+    throw RanksFailedError(kExitBadInput, DeckError(deck.source("world.rollout-ranks"), "world.rollout-ranks",
+                                                    "leaves no trainer among the job's " + std::to_string(world->size()) + " ranks")
+                                              .what());
+  Roles roles(*world, static_cast<int>(rollout_ranks));
+  const MPI_Comm comm = roles.comm();  // the trainers' from here on (every rank's when colocated)
   const ModelConfig model = model_config_from_deck(deck);
   const ParameterLayout layout(model);
   const DType working_dtype = working_dtype_from_deck(deck, world->device());
   TLOG(info) << "tandem " << tandem_version() << " (" << tandem_git_revision() << "), resolved deck:\n" << deck.resolved_text();
-  const SlabShards shard =
-      optimizer_shard_from_deck(deck, layout, world->communicator().size(), world->communicator().rank());
-  TLOG(info) << "\n" << startup_table(*world, deck, model, layout, working_dtype, folder, shard);
+  const SlabShards shard = optimizer_shard_from_deck(deck, layout, roles.size(), roles.rank());
+  TLOG(info) << "\n" << startup_table(*world, roles, deck, model, layout, working_dtype, folder, shard);
+  if (roles.role() == Role::Engine) return run_engine_rank(deck, *world, roles, model, layout, working_dtype);
+  std::optional<RemoteRollout> rollout_ranks_client;
+  if (roles.split()) rollout_ranks_client.emplace(roles);
 
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
@@ -197,7 +214,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
-      optimizer_state_store_from_deck(deck, shard, folder, world->device(), world->rank(), comm);
+      optimizer_state_store_from_deck(deck, shard, folder, world->device(), roles.rank(), comm);
   OptimizerStateFile* const state_file = state_store.file.get();
   ColocatedMemory memory(*pool, layout,
                          ColocatedMemorySettings{
@@ -207,11 +224,17 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
                              .state_slot_bytes = optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
                              .disk_delta = disk_delta_settings_from_deck(deck, folder),
                              .comm = comm,
+                             .broadcast = BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()},
                              .shard = shard});
-  HandoffExecutor handoff(*pool, handoff_config, [&] { return memory.sync_weights(); },
+  auto sync_weights = [&] {
+    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::Sync);
+    return memory.sync_weights();
+  };
+  HandoffExecutor handoff(*pool, handoff_config, sync_weights,
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
   TrainerCheckpoint trainer_checkpoint(memory, optimizer_settings_from_deck(deck).kind, comm);
-  GrpoStep grpo(deck, model, layout, memory, *pool, world->communicator(), world->rank(), world->size(), comm);
+  GrpoStep grpo(deck, model, layout, memory, *pool, roles.communicator(), roles.rank(), roles.size(), comm,
+                rollout_ranks_client ? &*rollout_ranks_client : nullptr);
   for (Tag tag : deferred) pool->set_deferred(tag, false);
   // Every buffer is laid out, and neither the weights nor a pinned host buffer are in host
   // memory yet: predict, and refuse a plan the host cannot hold.
@@ -224,20 +247,20 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
 
   // Restart: the newest checkpoint of this run that loads and verifies, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
-  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(world->rank()));
+  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(roles.rank()));
   int64_t step = 0, data_cursor = 0;
   std::string resumed_deck;
   std::vector<std::string> resume_notes;
   CheckpointLoader loader;
   loader.check_fits = [&](const Checkpoint& checkpoint) {
-    if (static_cast<int>(checkpoint.rng_states().size()) != world->size())
+    if (static_cast<int>(checkpoint.rng_states().size()) != roles.size())
       throw RanksFailedError(kExitBadInput, checkpoint.path().string() + " was written by " +
-                                                std::to_string(checkpoint.rng_states().size()) + " ranks, this job has " +
-                                                std::to_string(world->size()));
+                                                std::to_string(checkpoint.rng_states().size()) + " trainer ranks, this job has " +
+                                                std::to_string(roles.size()));
   };
   loader.load = [&](const Checkpoint& checkpoint) {
     trainer_checkpoint.read(checkpoint);
-    std::istringstream(checkpoint.rng_states()[world->rank()]) >> rng;
+    std::istringstream(checkpoint.rng_states()[roles.rank()]) >> rng;
     step = checkpoint.step();
     data_cursor = checkpoint.data_cursor();
     resumed_deck = checkpoint.deck_text();
@@ -294,7 +317,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     handoff.run(HandoffPoint::Startup);
     handoff.run(HandoffPoint::BeforeSync);  // the engine's first weights come from the trainer
   }
-  StopPoint stop_point(comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
+  if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StartStopPoint);
+  StopPoint stop_point(job_comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
   std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
   size_t derived_not_copied = 0;  // by one offload of the trainer
@@ -337,6 +361,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     const bool non_finite = !std::isfinite(trained.grad_norm);
     const std::string non_finite_text = non_finite ? non_finite_report(comm, step, trained.grad_norm, trained.non_finite) : "";
     const bool stop_here = non_finite && on_non_finite == OnNonFinite::Stop;
+    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
     stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
@@ -366,7 +391,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
                        trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
                        trained.metrics.kl_mean, trained.metrics.entropy_mean};
       all_reduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm, "the reduction of metrics");
-      const double ranks = world->size();
+      const double ranks = roles.size();
       rollout.reward_mean = sums[0] / ranks;
       const double samples = ranks * static_cast<double>(rollout.drawn_samples);
       const double variance = std::max(0.0, sums[1] / ranks - rollout.reward_mean * rollout.reward_mean);
@@ -469,6 +494,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm comm) {
     }
     last_checkpoint = checkpoint_writer.last_committed();
   }
+  if (rollout_ranks_client) rollout_ranks_client->finish();
   if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const std::string table = timers.summary_table(comm, loop_seconds);

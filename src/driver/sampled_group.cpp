@@ -83,6 +83,8 @@ std::string write_groups(const std::vector<SampledGroup>& groups) {
       out.array(sample.logprobs.data(), sample.logprobs.size());
       out.array(sample.text.data(), sample.text.size());
       out.value(sample.reward);
+      out.value(sample.correct);
+      out.value(sample.format);
     }
   }
   return out.take();
@@ -101,6 +103,8 @@ std::vector<SampledGroup> read_groups(std::string_view bytes) {
       sample.logprobs = in.vector<float>();
       sample.text = in.string();
       sample.reward = in.value<double>();
+      sample.correct = in.value<double>();
+      sample.format = in.value<double>();
     }
   }
   if (!in.done()) throw std::runtime_error("sampled groups: bytes left over after the last group");

@@ -1,4 +1,5 @@
-// One prompt's group of sampled completions, as it travels between ranks. Dynamic
+// One prompt's group of sampled completions, as it travels between ranks: from a rollout
+// rank to the trainers, and between trainers under dynamic sampling. Dynamic
 // sampling keeps a group wherever it was drawn, yet every rank must train on an equal
 // share of the kept groups (its trainer is sized for prompts-per-step groups), so the
 // kept groups are gathered and dealt out again in the order of their prompt indices.
@@ -21,6 +22,7 @@ struct SampledGroup {
     std::vector<float> logprobs;  // the engine's, one per token
     std::string text;             // decoded, stop id excluded
     double reward = 0;
+    double correct = 0, format = 0;  // the task's judgement (RewardBreakdown)
     bool operator==(const Sample&) const = default;
   };
   std::vector<Sample> samples;

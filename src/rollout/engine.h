@@ -1,7 +1,7 @@
 // One rollout engine instance: prefill and decode with a paged KV cache, continuous
 // batching of many sequences of different lengths, per-request seeded sampling, and stop
 // on EOS ids, stop strings and max new tokens. Not thread-safe: one thread drives it
-// (RolloutManager gives each instance its own).
+// (a colocated rank's, or a rollout rank's: driver/engine_rank.h).
 //
 //   Engine engine(config, weights, pool, options);
 //   engine.submit(request);  ...

@@ -8,7 +8,8 @@ TransportKind transport_kind_from_name(const std::string& name) {
   if (name == "alias") return TransportKind::Alias;
   if (name == "copy") return TransportKind::Copy;
   if (name == "disk-delta") return TransportKind::DiskDelta;
-  throw std::invalid_argument("unknown weight transport '" + name + "' (alias, copy or disk-delta)");
+  if (name == "broadcast") return TransportKind::Broadcast;
+  throw std::invalid_argument("unknown weight transport '" + name + "' (alias, copy, disk-delta or broadcast)");
 }
 
 const char* transport_kind_name(TransportKind kind) {
@@ -16,6 +17,7 @@ const char* transport_kind_name(TransportKind kind) {
     case TransportKind::Alias: return "alias";
     case TransportKind::Copy: return "copy";
     case TransportKind::DiskDelta: return "disk-delta";
+    case TransportKind::Broadcast: return "broadcast";
   }
   return "?";
 }

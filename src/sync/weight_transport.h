@@ -5,6 +5,7 @@
 //   alias: the engine reads the trainer's working copy itself; a sync moves nothing.
 //   copy:  the engine has its own copy, rewritten from the FP32 master weights.
 //   disk-delta: compressed, checksummed deltas through a shared folder (disk_delta_transport.h).
+//   broadcast: trainer rank 0 to the engines of rollout ranks, in buckets (broadcast_transport.h).
 #pragma once
 #include <cstddef>
 #include <string>
@@ -13,8 +14,8 @@
 
 namespace tandem {
 
-enum class TransportKind { Alias, Copy, DiskDelta };
-TransportKind transport_kind_from_name(const std::string& name);  // "alias" | "copy" | "disk-delta"
+enum class TransportKind { Alias, Copy, DiskDelta, Broadcast };
+TransportKind transport_kind_from_name(const std::string& name);  // "alias" | "copy" | "disk-delta" | "broadcast"
 const char* transport_kind_name(TransportKind kind);
 
 // What one sync did.

@@ -1,7 +1,9 @@
 #include "world/stall_guard.h"
 
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "world/log.h"
 #include "world/table.h"
@@ -10,13 +12,25 @@ namespace tandem {
 
 namespace {
 
-MPI_Comm token_comm = MPI_COMM_NULL;
-int rank = 0, size = 1;
-double timeout = 0;
-int token_out = 0, token_in = 0;
+// The tokens of one guarded communicator: each guarded collective on it sends one to the
+// next rank and waits for one from the previous.
+struct Ring {
+  MPI_Comm key = MPI_COMM_NULL;     // the communicator the collectives run on
+  MPI_Comm tokens = MPI_COMM_NULL;  // its duplicate, for the tokens
+  int rank = 0, size = 1;
+  int left_job_rank = 0;  // the previous rank, as the job numbers it (for the report)
+  int token_out = 0, token_in = 0;
+};
 
-// The rank before this one in the ring: its token says it reached the collective.
-int left() { return (rank + size - 1) % size; }
+std::vector<std::unique_ptr<Ring>> rings;
+MPI_Group job_group = MPI_GROUP_NULL;
+double timeout = 0;
+
+Ring* ring_of(MPI_Comm comm) {
+  for (const auto& ring : rings)
+    if (ring->key == comm) return ring.get();
+  return nullptr;
+}
 
 [[noreturn]] void end_job(const std::string& message) {
   TLOG(error) << message;
@@ -27,19 +41,44 @@ int left() { return (rank + size - 1) % size; }
 }  // namespace
 
 void set_stall_timeout(MPI_Comm comm, double timeout_seconds) {
-  if (token_comm != MPI_COMM_NULL) MPI_Comm_free(&token_comm);
-  MPI_Comm_dup(comm, &token_comm);
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  for (const auto& ring : rings) MPI_Comm_free(&ring->tokens);
+  rings.clear();
+  if (job_group != MPI_GROUP_NULL) MPI_Group_free(&job_group);
+  MPI_Comm_group(comm, &job_group);
   timeout = timeout_seconds;
+  guard_collectives_on(comm);
 }
 
-void wait_for_ranks(MPI_Request request, const char* what) {
+void guard_collectives_on(MPI_Comm comm) {
+  auto ring = std::make_unique<Ring>();
+  ring->key = comm;
+  MPI_Comm_dup(comm, &ring->tokens);
+  MPI_Comm_rank(comm, &ring->rank);
+  MPI_Comm_size(comm, &ring->size);
+  int left = (ring->rank + ring->size - 1) % ring->size;
+  MPI_Group group;
+  MPI_Comm_group(comm, &group);
+  MPI_Group_translate_ranks(group, 1, &left, job_group, &ring->left_job_rank);
+  MPI_Group_free(&group);
+  rings.push_back(std::move(ring));
+}
+
+void stop_guarding(MPI_Comm comm) {
+  for (auto ring = rings.begin(); ring != rings.end(); ++ring)
+    if ((*ring)->key == comm) {
+      MPI_Comm_free(&(*ring)->tokens);
+      rings.erase(ring);
+      return;
+    }
+}
+
+void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm) {
   MPI_Request requests[3] = {request, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  if (token_comm != MPI_COMM_NULL && size > 1) {
-    ++token_out;
-    MPI_Isend(&token_out, 1, MPI_INT, (rank + 1) % size, 0, token_comm, &requests[1]);
-    MPI_Irecv(&token_in, 1, MPI_INT, left(), 0, token_comm, &requests[2]);
+  Ring* ring = ring_of(comm);
+  if (ring && ring->size > 1) {
+    ++ring->token_out;
+    MPI_Isend(&ring->token_out, 1, MPI_INT, (ring->rank + 1) % ring->size, 0, ring->tokens, &requests[1]);
+    MPI_Irecv(&ring->token_in, 1, MPI_INT, (ring->rank + ring->size - 1) % ring->size, 0, ring->tokens, &requests[2]);
   }
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(0);
@@ -52,8 +91,8 @@ void wait_for_ranks(MPI_Request request, const char* what) {
     if (timeout > 0 && waited > timeout && !reported) {
       int left_arrived = 0;
       MPI_Test(&requests[2], &left_arrived, MPI_STATUS_IGNORE);
-      if (!left_arrived)
-        end_job("rank " + std::to_string(left()) + " has not reached " + what + " for " + format_fixed(waited, 1) +
+      if (ring && !left_arrived)
+        end_job("rank " + std::to_string(ring->left_job_rank) + " has not reached " + what + " for " + format_fixed(waited, 1) +
                 " s (world.stall-timeout): it stopped answering; ending the job");
       reported = true;  // the silent rank is further round the ring: its neighbour names it
     }
@@ -68,13 +107,13 @@ void wait_for_ranks(MPI_Request request, const char* what) {
 void all_reduce(const void* send, void* receive, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* what) {
   MPI_Request request;
   MPI_Iallreduce(send, receive, count, type, op, comm, &request);
-  wait_for_ranks(request, what);
+  wait_for_ranks(request, what, comm);
 }
 
 void all_gather(const void* send, int count, MPI_Datatype type, void* receive, MPI_Comm comm, const char* what) {
   MPI_Request request;
   MPI_Iallgather(send, count, type, receive, count, type, comm, &request);
-  wait_for_ranks(request, what);
+  wait_for_ranks(request, what, comm);
 }
 
 }  // namespace tandem

@@ -1,0 +1,55 @@
+// What trainer rank 0 tells the rollout ranks over the link (world/roles.h), and what
+// they answer. A rollout rank waits for nothing but the next order, and every collective
+// it joins follows one, so wherever the trainers end (done, stopped or failed) the
+// engines hear of it instead of waiting in a collective the trainers never reach.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "driver/sampled_group.h"
+#include "world/errors.h"
+
+namespace tandem {
+
+enum class EngineOrder : int64_t {
+  Round,           // sample the prompts [first, first + count) of `step`, each engine its share
+  Sync,            // receive the weights (the broadcast transport)
+  StartStopPoint,  // construct the job's StopPoint (collective over every rank)
+  StepBoundary,    // join StopPoint::agree
+  Finish,          // the trainers are done: leave
+  TrainersFailed,  // the trainers failed (rank 0's log says why): leave
+};
+
+struct EngineCommand {
+  EngineOrder order = EngineOrder::Finish;
+  int64_t step = 0;
+  uint64_t first = 0;
+  int64_t count = 0;
+};
+
+// Collective over the link: its rank 0 (trainer rank 0) sends `command`, every rank
+// returns it.
+EngineCommand broadcast_command(MPI_Comm link, const EngineCommand& command);
+
+// The share of a round's prompt positions [0, count) that engine `engine` of `engines`
+// samples: every engines-th one.
+std::vector<uint64_t> engine_share(const EngineCommand& round, int engine, int engines);
+
+// A rollout rank's answer to a round: its groups, or the error that stopped it.
+std::string groups_reply(const std::vector<SampledGroup>& groups);
+std::string error_reply(ExitCode code, const std::string& message);
+
+// Collective over the link: every rollout rank's reply (trainer rank 0 passes ""). Any
+// error reply fails every rank of the link together (RanksFailedError with each error,
+// which names its rank); else trainer rank 0 returns every engine's groups (in engine
+// order) and the engines return none: the groups travel to trainer rank 0 alone.
+std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
+
+// Trainer rank 0 hands the round on to the other trainers as one reply (error_reply when
+// the round failed); read_reply turns it back into groups, or throws that error.
+std::vector<SampledGroup> read_reply(const std::string& reply);
+
+}  // namespace tandem

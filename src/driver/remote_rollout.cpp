@@ -1,0 +1,70 @@
+#include "driver/remote_rollout.h"
+
+#include <algorithm>
+
+#include "world/log.h"
+#include "world/stall_guard.h"
+#include "world/world.h"
+
+namespace tandem {
+
+namespace {
+
+// Collective over comm: `bytes` of rank `root`, on every rank.
+void broadcast_string(MPI_Comm comm, std::string& bytes, int root, const char* what) {
+  uint64_t size = bytes.size();
+  MPI_Request request;
+  MPI_Ibcast(&size, 1, MPI_UINT64_T, root, comm, &request);
+  wait_for_ranks(request, what, comm);
+  bytes.resize(size);
+  constexpr uint64_t kSlice = uint64_t{1} << 30;  // MPI counts are int
+  for (uint64_t offset = 0; offset < size; offset += kSlice) {
+    MPI_Ibcast(bytes.data() + offset, static_cast<int>(std::min(kSlice, size - offset)), MPI_CHAR, root, comm, &request);
+    wait_for_ranks(request, what, comm);
+  }
+}
+
+}  // namespace
+
+RemoteRollout::RemoteRollout(Roles& roles) : roles_(roles) {}
+
+RemoteRollout::~RemoteRollout() {
+  if (engines_left_ || roles_.link() == MPI_COMM_NULL) return;
+  try {
+    broadcast_command(roles_.link(), {EngineOrder::TrainersFailed});
+  } catch (const std::exception& e) {
+    TLOG(error) << "could not tell the rollout ranks that the trainers failed: " << e.what();
+  }
+}
+
+std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, int64_t count) {
+  const int rank = roles_.rank(), trainers = roles_.size();
+  std::string round;
+  if (roles_.link() != MPI_COMM_NULL) {
+    const EngineCommand order{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), trainers * count};
+    broadcast_command(roles_.link(), order);
+    try {
+      round = groups_reply(gather_round(roles_.link(), ""));
+    } catch (const RanksFailedError& error) {
+      engines_left_ = true;  // they fail with this error too
+      round = error_reply(error.code(), error.what());
+    }
+  }
+  broadcast_string(roles_.comm(), round, 0, "the handing out of a round's groups");
+  std::vector<SampledGroup> groups = read_reply(round);
+  std::sort(groups.begin(), groups.end(),
+            [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
+  const auto mine = groups.begin() + rank * count;
+  return {std::make_move_iterator(mine), std::make_move_iterator(mine + count)};
+}
+
+void RemoteRollout::announce(EngineOrder order) {
+  if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), {order});
+}
+
+void RemoteRollout::finish() {
+  announce(EngineOrder::Finish);
+  engines_left_ = true;
+}
+
+}  // namespace tandem

@@ -1,0 +1,163 @@
+// world.rollout-ranks as the user runs it, under mpirun (-np 3, 4 and 5): T trainer ranks
+// and K rollout ranks take the same steps as T colocated ranks (the seeds follow the
+// prompts, not the rank that samples them), a split run resumes, a signal to a rollout
+// rank stops every rank at one step and a stopped one is named, a failure of the trainers
+// ends the engines too, an
+// engine's error ends every rank with its message, and a split that leaves no trainer is
+// a deck error.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "io/run_file.h"
+#include "support.h"
+
+using namespace tandem;
+using tandem::testing::run_command;
+using tandem::testing::TempDir;
+
+namespace {
+
+// `timeout` keeps a hung job from hanging the test; without it, mpirun's children are the ranks.
+std::string mpirun(int np, bool timeout = true) {
+  return std::string("env OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none ") +
+         (timeout ? "timeout 120 " : "") + "mpirun --oversubscribe " +
+         (getuid() == 0 ? "--allow-run-as-root " : "") + "-np " + std::to_string(np) + " " + tandem::testing::tandem_binary() +
+         " ";
+}
+
+// 2 trainers x 2 prompts of 2 samples, dynamic sampling (so some steps draw extra rounds).
+std::string run_args(const TempDir& dir, const std::string& name, int rollout_ranks) {
+  return "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() + " --run.name=" + name +
+         " --run.steps=5 --sft.steps=2 --run.checkpoint-every=0 --task.prompts-per-step=2 --grpo.group-size=2"
+         " --grpo.dynamic-sampling=true --grpo.loss-aggregation=global-token-sum" +
+         (rollout_ranks > 0 ? " --sync.transport=broadcast --world.rollout-ranks=" + std::to_string(rollout_ranks) : "");
+}
+
+// `trainers` trainer ranks with 1, 2 or 4 rollout ranks against as many colocated ranks;
+// 4 engines get fewer groups than there are of them in a round of 2 prompts.
+// The process of mpirun's children that Open MPI numbers `rank`; 0 if none.
+int process_of_rank(const std::vector<int>& processes, int rank) {
+  for (const int pid : processes)
+    if (tandem::testing::read_text("/proc/" + std::to_string(pid) + "/environ")
+            .find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+      return pid;
+  return 0;
+}
+
+void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts) {
+  TempDir dir;
+  const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0));
+  ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
+  for (int engines : engine_counts) {
+    SCOPED_TRACE(std::to_string(trainers) + " trainer ranks, " + std::to_string(engines) + " rollout ranks");
+    const std::string name = "split" + std::to_string(engines);
+    const auto split = run_command(mpirun(trainers + engines) + run_args(dir, name, engines));
+    ASSERT_EQ(split.exit_code, 0) << split.output;
+    EXPECT_NE(split.output.find("cpu (1 threads), rollout"), std::string::npos) << split.output;
+    EXPECT_NE(split.output.find("cpu (1 threads), trainer"), std::string::npos) << split.output;
+    tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / name);
+    const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / name / kRunFileName);
+    for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "format_rate", "reward_std", "kl"})
+      EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
+    const auto drawn = a.metric("sampling/drawn_groups");
+    EXPECT_GT(*std::max_element(drawn.begin() + 2, drawn.end()), 2.0 * trainers);  // an extra round was drawn
+    EXPECT_GT(b.metric("sync/bytes").back(), 0.0);
+  }
+}
+
+}  // namespace
+
+TEST(CliRolloutRanks, TwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRanks) {
+  expect_split_runs_reproduce_colocated(2, {1, 2});
+}
+
+TEST(CliRolloutRanks, OneTrainerWithFourRolloutRanksReproducesOneRank) { expect_split_runs_reproduce_colocated(1, {4}); }
+
+// The engines hold no trainer state: a split run stopped after a job's steps resumes
+// from the trainers' checkpoint, the engines from the weights trainer rank 0 sends them.
+TEST(CliRolloutRanks, ASplitRunResumes) {
+  TempDir dir;
+  const auto whole = run_command(mpirun(3) + run_args(dir, "whole", 1));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string sliced = mpirun(3) + run_args(dir, "sliced", 1) + " --run.steps-per-job=3";
+  const auto first = run_command(sliced);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("stopped at step 3"), std::string::npos) << first.output;
+  const auto second = run_command(sliced);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "sliced");
+}
+
+TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {
+  TempDir dir;
+  tandem::testing::BackgroundCommand job(mpirun(3, false) + run_args(dir, "signal", 1) + " --run.steps=1000", dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const std::vector<int> ranks = job.children();
+  ASSERT_EQ(ranks.size(), 3u);
+  const int rollout_rank = process_of_rank(ranks, 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGTERM);
+  const int code = job.wait();
+  const std::string output = tandem::testing::read_text(dir / "out");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
+  EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
+}
+
+// A rollout rank that stops (SIGSTOP) is named by trainer rank 0, its neighbour on the
+// link, within world.stall-timeout, and the job ends.
+TEST(CliRolloutRanks, AStoppedRolloutRankIsReported) {
+  TempDir dir;
+  tandem::testing::BackgroundCommand job(
+      mpirun(3, false) + run_args(dir, "stall", 1) + " --run.steps=1000 --world.stall-timeout=4s", dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const int rollout_rank = process_of_rank(job.children(), 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGSTOP);
+  const bool ended = job.ended_within(40);
+  kill(rollout_rank, SIGCONT);
+  const std::string output = tandem::testing::read_text(dir / "out");
+  ASSERT_TRUE(ended) << output;
+  EXPECT_EQ(job.wait(), 1) << output;
+  EXPECT_NE(output.find("rank 2 has not reached "), std::string::npos) << output;
+}
+
+// lr = 1e30: the trainers stop with exit 3 at the first non-finite step, and the rollout
+// rank, told so, leaves instead of waiting for its next order.
+TEST(CliRolloutRanks, TheTrainersFailureEndsTheRolloutRanks) {
+  TempDir dir;
+  const auto result = run_command(mpirun(3) + run_args(dir, "nan", 1) + " --grpo.lr=1e30 --train.micro-batch-tokens=64");
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_NE(result.output.find("the gradients hold NaN or Inf"), std::string::npos) << result.output;
+}
+
+// Sequences longer than the KV cache holds: each rollout rank's engine refuses its share,
+// and every rank leaves together (no MPI_Abort) with each rollout rank's message.
+TEST(CliRolloutRanks, AnEngineErrorFailsEveryRankWithEachRolloutRanksMessage) {
+  TempDir dir;
+  const auto result =
+      run_command(mpirun(4) + run_args(dir, "kv", 2) + " --rollout.kv-cache=16KiB --grpo.max-new-tokens=40");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  for (const char* rank : {"rollout rank 2: engine: request", "rollout rank 3: engine: request"})
+    EXPECT_NE(result.output.find(rank), std::string::npos) << rank << "\n" << result.output;
+  EXPECT_EQ(result.output.find("MPI_ABORT"), std::string::npos) << result.output;
+}
+
+TEST(CliRolloutRanks, ASplitMustLeaveATrainerAndUseTheBroadcastTransport) {
+  TempDir dir;
+  const auto all_engines = run_command(mpirun(2) + run_args(dir, "none", 2));
+  EXPECT_EQ(all_engines.exit_code, 2) << all_engines.output;
+  EXPECT_NE(all_engines.output.find("command line: key 'world.rollout-ranks': leaves no trainer among the job's 2 ranks"),
+            std::string::npos)
+      << all_engines.output;
+  for (const std::string& args : {std::string("--world.rollout-ranks=1"), std::string("--sync.transport=broadcast")}) {
+    const auto result = run_command(tandem::testing::tandem_binary() + " --check " + args);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("world.rollout-ranks = "), std::string::npos) << result.output;
+  }
+}

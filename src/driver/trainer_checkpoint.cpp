@@ -75,7 +75,7 @@ void TrainerCheckpoint::gather_into(float* host) const {
           MPI_Irecv(whole + at, count, MPI_FLOAT, r, 0, comm_, &request);
         else if (rank == r)
           MPI_Isend(own.data() + (at - first), count, MPI_FLOAT, 0, 0, comm_, &request);
-        wait_for_ranks(request, "the gathering of the optimizer shards for a checkpoint");
+        wait_for_ranks(request, "the gathering of the optimizer shards for a checkpoint", comm_);
       }
     }
   }

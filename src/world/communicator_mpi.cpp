@@ -85,7 +85,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request;
     check_mpi(MPI_Ireduce_scatter(MPI_IN_PLACE, data, n.data(), MPI_FLOAT, MPI_SUM, comm_, &request),
               "MPI_Ireduce_scatter");
-    wait_for_ranks(request, "the gradient reduce-scatter");
+    wait_for_ranks(request, "the gradient reduce-scatter", comm_);
     // In place, MPI leaves this rank's sum at the buffer's start.
     std::memmove(data + at, data, static_cast<size_t>(n[rank_]) * sizeof(float));
   }
@@ -98,7 +98,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request;
     const int status =
         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, n.data(), at.data(), element, comm_, &request);
-    if (status == MPI_SUCCESS) wait_for_ranks(request, "the weights' all-gather");
+    if (status == MPI_SUCCESS) wait_for_ranks(request, "the weights' all-gather", comm_);
     MPI_Type_free(&element);
     check_mpi(status, "MPI_Iallgatherv");
   }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,4 +101,28 @@ TEST(CheckpointWriter, AnAbandonedWriteIsNeverPublished) {
   EXPECT_TRUE(fs::exists(folder / checkpoint_file_name(1)));
   EXPECT_FALSE(fs::exists(folder / checkpoint_file_name(2)));
   for (const std::string& name : names_in(folder)) EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
+}
+
+// checkpoint/write_seconds: a background write's time is reported once, after it ends,
+// never while it is still running (a zero or the previous write's time).
+TEST(CheckpointWriter, AWritesTimeIsReportedOnceItHasEnded) {
+  TempDir dir;
+  const fs::path folder = dir / "run";
+  Trainer trainer(folder);
+  CheckpointWriter writer({folder, 2, true}, trainer.checkpoint, Device::CPU);
+  EXPECT_EQ(writer.take_finished_write(), std::nullopt);
+  checkpoint_at(writer, trainer, 1);
+  std::optional<double> seconds;
+  for (int polls = 0; !seconds && polls < 60000; ++polls) {
+    seconds = writer.take_finished_write();
+    if (!seconds) {
+      EXPECT_TRUE(writer.in_flight()) << "nothing reported, yet the write has ended";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ASSERT_TRUE(seconds.has_value());
+  EXPECT_GT(*seconds, 0.0);
+  EXPECT_FALSE(writer.in_flight());
+  EXPECT_EQ(writer.take_finished_write(), std::nullopt);  // once
+  EXPECT_EQ(writer.last_committed(), (folder / checkpoint_file_name(1)).string());
 }

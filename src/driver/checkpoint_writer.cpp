@@ -31,7 +31,10 @@ void CheckpointWriter::join() {
 void CheckpointWriter::wait() { join(); }
 
 std::optional<double> CheckpointWriter::take_finished_write() {
-  if (thread_.joinable() && finished_) join();
+  if (thread_.joinable()) {
+    if (!finished_) return std::nullopt;  // still writing: its time is not known yet
+    join();
+  }
   if (write_reported_) return std::nullopt;
   write_reported_ = true;
   return write_seconds_;

@@ -107,7 +107,7 @@ TEST(CliZero1, RestartOnAnotherRankCountIsRefused) {
   ASSERT_EQ(run_command(mpirun_tandem(2, run_args(dir, "two", 2, 2) + extra)).exit_code, 0);
   const auto result = run_command(mpirun_tandem(4, run_args(dir, "two", 4, 4) + extra));
   EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_NE(result.output.find("ckpt_00000002.h5 was written by 2 ranks, this job has 4"), std::string::npos)
+  EXPECT_NE(result.output.find("ckpt_00000002.h5 was written by 2 trainer ranks, this job has 4"), std::string::npos)
       << result.output;
 }
 

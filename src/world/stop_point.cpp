@@ -26,7 +26,8 @@ bool StopPoint::agree() {
   if (deadline_) {
     // Until a checkpoint was measured, count one as long as the longest step.
     margin = longest_step_ + (longest_checkpoint_ >= 0 ? longest_checkpoint_ : longest_step_);
-    left = std::difftime(*deadline_, std::time(nullptr));
+    // To the microsecond: std::time's whole seconds would overstate what is left by up to one.
+    left = std::chrono::duration<double>(std::chrono::system_clock::from_time_t(*deadline_) - std::chrono::system_clock::now()).count();
     wishes[1] = left < margin;
   }
   if (wishes[0] && !told_signal_) {

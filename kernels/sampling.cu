@@ -1,5 +1,7 @@
 #include <cuda_bf16.h>
 
+#include <cfloat>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -150,40 +152,53 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int p = 0; p < kTilePacks; ++p) row.load_z(start_of(p), z[p]);
   }
-  // This thread's tokens in index order: the first of equal maxima is kept.
+  // Per token only a max and a flag: the tile's first argmax is looked for after its max is
+  // known, by the threads that hold it. FP32 sums of a pack's 8 weights, FP64 beyond: a
+  // conversion to FP64 per token would cost more than the read.
   float m = -INFINITY;
-  int32_t index = static_cast<int32_t>(V);
   bool bad = false;
 #pragma unroll
   for (int p = 0; p < kTilePacks; ++p)
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
-      bad |= isnan(z[p][e]) || z[p][e] == INFINITY;
-      if (z[p][e] > m) m = z[p][e], index = static_cast<int32_t>(start_of(p) + e);
+      bad |= !(z[p][e] <= FLT_MAX);  // NaN or +inf
+      m = fmaxf(m, z[p][e]);
     }
   float max = m;
   for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
-  int32_t first = m == max ? index : static_cast<int32_t>(V);
-  for (int offset = 16; offset > 0; offset >>= 1) first = min(first, __shfl_xor_sync(kAll, first, offset));
   bad = __any_sync(kAll, bad);
-  if (lane_id() == 0) warp_max[warp_id()] = max, warp_first[warp_id()] = first, warp_bad[warp_id()] = bad;
+  if (lane_id() == 0) warp_max[warp_id()] = max, warp_bad[warp_id()] = bad;
   __syncthreads();
   max = warp_max[0];
   for (int w = 1; w < kTileWarps; ++w) max = fmaxf(max, warp_max[w]);
   double mass = 0;
-  if (max > -INFINITY)
+  int32_t first = static_cast<int32_t>(V);
+  if (max > -INFINITY) {
 #pragma unroll
-    for (int p = 0; p < kTilePacks; ++p)
+    for (int p = 0; p < kTilePacks; ++p) {
+      float pack_mass = 0;
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) mass += expf(z[p][e] - max);
-  for (int offset = 16; offset > 0; offset >>= 1) mass += __shfl_xor_sync(kAll, mass, offset);
-  if (lane_id() == 0) warp_mass[warp_id()] = mass;
+      for (int e = 0; e < kPerLane; ++e) pack_mass += expf(z[p][e] - max);
+      mass += pack_mass;
+    }
+    if (m == max)  // this thread's tokens in index order: the first of equal maxima
+#pragma unroll
+      for (int p = kTilePacks - 1; p >= 0; --p)
+#pragma unroll
+        for (int e = kPerLane - 1; e >= 0; --e)
+          if (z[p][e] == max) first = static_cast<int32_t>(start_of(p) + e);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    mass += __shfl_xor_sync(kAll, mass, offset);
+    first = min(first, __shfl_xor_sync(kAll, first, offset));
+  }
+  if (lane_id() == 0) warp_mass[warp_id()] = mass, warp_first[warp_id()] = first;
   __syncthreads();
   if (threadIdx.x == 0) {
     TileStats out{0, max, static_cast<int32_t>(V), 0};
     for (int w = 0; w < kTileWarps; ++w) {
       out.mass += warp_mass[w];
-      if (warp_max[w] == max) out.first = min(out.first, warp_first[w]);
+      out.first = min(out.first, warp_first[w]);
       out.bad |= warp_bad[w];
     }
     stats[r * kMaxTiles + blockIdx.y] = out;
@@ -423,7 +438,7 @@ __device__ int64_t pick_in_chunk(const Row<T>& row, Cut cut, Located chunk, doub
 // A truncated draw finds its cut with passes over the row, then sums the kept weights of
 // every chunk.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t* ids, float* logprobs, const TileStats* stats, const T* logits, int64_t V, bool packed,
                   const float* temperatures, const int32_t* top_ks, const float* top_ps, const float* uniforms) {
   extern __shared__ double chunk_mass[];

@@ -121,6 +121,15 @@ void rollout_ranks_use_the_broadcast_transport(const Deck& deck) {
                       : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
 }
 
+// A colocated rank's device runs its engine or its trainer, one at a time: only rollout
+// ranks can sample while the trainers train.
+void staleness_needs_rollout_ranks(const Deck& deck) {
+  if (deck.get<int64_t>("rollout.max-staleness") == 0 || deck.get<int64_t>("world.rollout-ranks") > 0) return;
+  contradiction(deck, {"rollout.max-staleness", "world.rollout-ranks"},
+                "rollout.max-staleness = 1 samples the next step on rollout ranks while the trainers train: set "
+                "world.rollout-ranks > 0 (a colocated rank runs its engine and its trainer one at a time)");
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -134,6 +143,7 @@ const std::vector<DeckRule>& tandem_rules() {
       group_size_gives_advantages,
       shard_optimizer_needs_alias_transport,
       rollout_ranks_use_the_broadcast_transport,
+      staleness_needs_rollout_ranks,
   };
   return rules;
 }

@@ -47,16 +47,22 @@ void throw_errors(const std::vector<std::string>& replies) {
 
 }  // namespace
 
-std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
-  // The errors first, to every rank, so they all fail together; then the groups to rank 0.
-  // The first gathering waits through the stall guard: a rank that stopped is named.
-  int rank = 0, size = 1;
-  MPI_Comm_rank(link, &rank);
+void fail_together_on_link(MPI_Comm link, const std::string& reply) {
+  // It waits through the stall guard: a rank that stopped is named.
+  int size = 1;
   MPI_Comm_size(link, &size);
   const int failed = is_error(reply);
   std::vector<int> failures(size);
-  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of a round's groups");
+  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of the rollout ranks' replies");
   if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
+}
+
+std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
+  // The errors first, to every rank, so they all fail together; then the groups to rank 0.
+  fail_together_on_link(link, reply);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(link, &rank);
+  MPI_Comm_size(link, &size);
   const std::string bytes = reply.empty() ? std::string() : reply.substr(1);
   int length = static_cast<int>(bytes.size());
   std::vector<int> lengths(size), offsets(size);

@@ -138,7 +138,7 @@ std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>
   return all;
 }
 
-RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
+RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_age) {
   RolloutSummary summary;
   const int64_t batch = world_size_ * prompts_per_step_;  // groups a step trains on, over all ranks
   const bool filter = dynamic_sampling_ && !is_sft(step);
@@ -203,6 +203,10 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
   }
   const std::vector<float> advantages = group_advantages(summary.rewards, group_size_, advantages_);
   for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
+
+  // The step trains on the first `batch` chosen groups (in prompt order, as dealt out).
+  const auto first_round = std::count_if(chosen.begin(), chosen.begin() + batch, [&](int64_t number) { return number < batch; });
+  summary.staleness = static_cast<double>(first_round_age * first_round) / static_cast<double>(batch);
 
   const double n = static_cast<double>(summary.drawn_samples);
   summary.reward_mean /= n;

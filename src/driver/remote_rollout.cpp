@@ -37,29 +37,68 @@ RemoteRollout::~RemoteRollout() {
   }
 }
 
-std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, int64_t count) {
-  const int rank = roles_.rank(), trainers = roles_.size();
-  std::string round;
+void RemoteRollout::check_engines_started() {
+  std::string reply = groups_reply({});
   if (roles_.link() != MPI_COMM_NULL) {
-    const EngineCommand order{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), trainers * count};
-    broadcast_command(roles_.link(), order);
+    tell({EngineOrder::ReportStartUp});
     try {
-      round = groups_reply(gather_round(roles_.link(), ""));
+      fail_together_on_link(roles_.link(), "");
     } catch (const RanksFailedError& error) {
       engines_left_ = true;  // they fail with this error too
-      round = error_reply(error.code(), error.what());
+      reply = error_reply(error.code(), error.what());
     }
   }
-  broadcast_string(roles_.comm(), round, 0, "the handing out of a round's groups");
-  std::vector<SampledGroup> groups = read_reply(round);
+  hand_on(reply);
+}
+
+std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, int64_t count) {
+  const int rank = roles_.rank();
+  const EngineCommand round{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), roles_.size() * count};
+  if (!prefetched_)
+    tell(round);
+  else if (prefetched_->step != round.step || prefetched_->first != round.first || prefetched_->count != round.count)
+    throw std::logic_error("the prefetched round is of step " + std::to_string(prefetched_->step) + " from prompt " +
+                           std::to_string(prefetched_->first) + ", the step asks for step " + std::to_string(step) +
+                           " from prompt " + std::to_string(round.first));
+  prefetched_.reset();
+  std::string reply;
+  if (roles_.link() != MPI_COMM_NULL) {
+    tell({EngineOrder::Collect});
+    try {
+      reply = groups_reply(gather_round(roles_.link(), ""));
+    } catch (const RanksFailedError& error) {
+      engines_left_ = true;  // they fail with this error too
+      reply = error_reply(error.code(), error.what());
+    }
+  }
+  std::vector<SampledGroup> groups = hand_on(reply);
   std::sort(groups.begin(), groups.end(),
             [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
   const auto mine = groups.begin() + rank * count;
   return {std::make_move_iterator(mine), std::make_move_iterator(mine + count)};
 }
 
-void RemoteRollout::announce(EngineOrder order) {
-  if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), {order});
+void RemoteRollout::prefetch(int64_t step, uint64_t first, int64_t count) {
+  if (prefetched_) throw std::logic_error("a round is prefetched already");
+  prefetched_ = EngineCommand{EngineOrder::Round, step, first, roles_.size() * count};
+  tell(*prefetched_);
+}
+
+void RemoteRollout::discard() {
+  if (!prefetched_) return;
+  tell({EngineOrder::Discard});
+  prefetched_.reset();
+}
+
+void RemoteRollout::announce(EngineOrder order) { tell({order}); }
+
+void RemoteRollout::tell(const EngineCommand& command) {
+  if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), command);
+}
+
+std::vector<SampledGroup> RemoteRollout::hand_on(std::string reply) {
+  broadcast_string(roles_.comm(), reply, 0, "the handing out of the rollout ranks' reply");
+  return read_reply(reply);
 }
 
 void RemoteRollout::finish() {

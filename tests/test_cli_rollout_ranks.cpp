@@ -70,6 +70,23 @@ void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>&
   }
 }
 
+// Runs `args` at -np 3 and sends SIGTERM to job rank `rank` once step 2 has ended; the
+// job must stop cleanly. `output` gets the job's output.
+void stop_at_sigterm(const TempDir& dir, const std::string& args, int rank, std::string& output) {
+  tandem::testing::BackgroundCommand job(mpirun(3, false) + args, dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const std::vector<int> ranks = job.children();
+  ASSERT_EQ(ranks.size(), 3u);
+  const int process = process_of_rank(ranks, rank);
+  ASSERT_GT(process, 0);
+  kill(process, SIGTERM);
+  const int code = job.wait();
+  output = tandem::testing::read_text(dir / "out");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
+  EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
+}
+
 }  // namespace
 
 TEST(CliRolloutRanks, TwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRanks) {
@@ -96,18 +113,8 @@ TEST(CliRolloutRanks, ASplitRunResumes) {
 
 TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {
   TempDir dir;
-  tandem::testing::BackgroundCommand job(mpirun(3, false) + run_args(dir, "signal", 1) + " --run.steps=1000", dir / "out");
-  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
-  const std::vector<int> ranks = job.children();
-  ASSERT_EQ(ranks.size(), 3u);
-  const int rollout_rank = process_of_rank(ranks, 2);
-  ASSERT_GT(rollout_rank, 0);
-  kill(rollout_rank, SIGTERM);
-  const int code = job.wait();
-  const std::string output = tandem::testing::read_text(dir / "out");
-  ASSERT_EQ(code, 0) << output;
-  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
-  EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
+  std::string output;
+  stop_at_sigterm(dir, run_args(dir, "signal", 1) + " --run.steps=1000", 2, output);
 }
 
 // A rollout rank that stops (SIGSTOP) is named by trainer rank 0, its neighbour on the
@@ -266,15 +273,9 @@ TEST(CliRolloutRanks, AStalenessOneRunResumedFromAScheduledCheckpointIsBitExact)
 TEST(CliRolloutRanks, ASignalStopsEveryRankWithARoundSampledAhead) {
   TempDir dir;
   const std::string args = staleness_args(dir, "signal", 1, "0.01") + " --run.samples-every=0 --run.steps=1000";
-  tandem::testing::BackgroundCommand job(mpirun(3, false) + args, dir / "out");
-  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
-  const int trainer_rank = process_of_rank(job.children(), 0);
-  ASSERT_GT(trainer_rank, 0);
-  kill(trainer_rank, SIGTERM);
-  const int code = job.wait();
-  const std::string output = tandem::testing::read_text(dir / "out");
-  ASSERT_EQ(code, 0) << output;
-  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
+  std::string output;
+  stop_at_sigterm(dir, args, 0, output);
+  if (HasFatalFailure()) return;
   EXPECT_NE(output.find("the stop drops the round the rollout ranks sampled ahead"), std::string::npos) << output;
   const RunFile stopped = RunFile::open(dir.path() / "signal" / kRunFileName);
   const int64_t last = stopped.steps().back();

@@ -16,7 +16,7 @@ namespace tandem {
 
 enum class EngineOrder : int64_t {
   Round,           // sample the prompts [first, first + count) of `step`, each engine its share
-  Sync,            // receive the weights (the broadcast transport)
+  Sync,            // receive the weights (the broadcast or disk-delta transport)
   StartStopPoint,  // construct the job's StopPoint (collective over every rank)
   StepBoundary,    // join StopPoint::agree
   Finish,          // the trainers are done: leave

@@ -4,7 +4,7 @@
 
 #include "driver/engine_orders.h"
 #include "driver/rollout_from_deck.h"
-#include "sync/broadcast_transport.h"
+#include "driver/transport_from_deck.h"
 #include "tensor/memory_pool.h"
 #include "world/log.h"
 #include "world/stop_point.h"
@@ -16,8 +16,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
   PoolOptions pool_options;
   pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
   auto pool = MemoryPool::create(world.device(), std::max(world.gpu(), 0), pool_options);
-  BroadcastTransport weights(*pool, layout, working_dtype,
-                             BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()}, nullptr);
+  const std::unique_ptr<WeightTransport> weights = engine_transport_from_deck(deck, *pool, layout, working_dtype, world, roles);
   const std::unique_ptr<Task> task = task_from_deck(deck);
   const PromptFormat format = prompt_format_from_deck(deck, *task);
   // A round holds prompts-per-step groups per trainer; this engine runs every K-th one.
@@ -25,7 +24,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
   const int64_t groups = (round + roles.engines() - 1) / roles.engines();
   const EngineOptions options = engine_options_from_deck(deck, *task, format, groups * deck.get<int64_t>("grpo.group-size"),
                                                          working_dtype, world.device());
-  Engine engine(model, ParameterSet::bind(layout, weights.engine_weights().data, working_dtype, world.device()), *pool,
+  Engine engine(model, ParameterSet::bind(layout, weights->engine_weights().data, working_dtype, world.device()), *pool,
                 options, &format.tokenizer());
   LocalGroupSampler sampler(engine, *task, format, group_sampling_from_deck(deck, format));
   const std::string name = "rollout rank " + std::to_string(world.rank());
@@ -43,7 +42,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
         gather_round(roles.link(), reply);  // an engine's error fails every rank
         break;
       }
-      case EngineOrder::Sync: weights.sync(); break;
+      case EngineOrder::Sync: weights->sync(); break;
       case EngineOrder::StartStopPoint: stop_point.emplace(world.comm(), std::nullopt); break;
       case EngineOrder::StepBoundary: stop_point->agree(); break;
       case EngineOrder::Finish: return kExitDone;

@@ -62,7 +62,8 @@ DiskDeltaTransport::DiskDeltaTransport(MemoryPool& pool, const ParameterLayout& 
                                 " master weights, and the source ranks are the first " + std::to_string(settings_.source_ranks));
   const size_t slab = layout.slab_bytes(dtype);
   if (settings_.engine) weights_ = pool.allocate(tags::weights, slab, "engine.weights");
-  if (master_) staging_ = pool.allocate(tags::weights, std::min(slab, kStagingBytes), "sync.staging");
+  // Under a tag of its own: no handoff moves it, it is there at every sync.
+  if (master_) staging_ = pool.allocate(tag_named("sync_staging"), std::min(slab, kStagingBytes), "sync.staging");
   state_ = std::make_unique<PinnedMemory>(slab, pool.device());
 }
 

@@ -49,7 +49,7 @@ void throw_errors(const std::vector<std::string>& replies) {
 
 std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
   // The errors first, to every rank, so they all fail together; then the groups to rank 0.
-  // The first gathering waits through the stall guard: a rank that stopped is named.
+  // Every gathering waits through the stall guard: a rank that stopped is named.
   int rank = 0, size = 1;
   MPI_Comm_rank(link, &rank);
   MPI_Comm_size(link, &size);
@@ -60,14 +60,17 @@ std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) 
   const std::string bytes = reply.empty() ? std::string() : reply.substr(1);
   int length = static_cast<int>(bytes.size());
   std::vector<int> lengths(size), offsets(size);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, link);
+  MPI_Request request;
+  MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
   int total = 0;
   for (int r = 0; r < size; ++r) {
     offsets[r] = total;
     total += lengths[r];
   }
   std::string all(rank == 0 ? total : 0, '\0');
-  MPI_Gatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link);
+  MPI_Igatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
   std::vector<SampledGroup> groups;
   if (rank != 0) return groups;
   for (int r = 1; r < size; ++r) {

@@ -109,15 +109,16 @@ void shard_optimizer_needs_alias_transport(const Deck& deck) {
                 "working copy; copy and disk-delta convert from whole master weights, which no rank holds)");
 }
 
-// Engines on rollout ranks have no trainer in their process to alias or copy from, and the
-// disk-delta transport serves colocated ranks only so far: rollout ranks take broadcast,
-// which in turn needs ranks to broadcast to. (world.rollout-ranks against the number of
-// ranks is checked at start-up, where the ranks are known.)
-void rollout_ranks_use_the_broadcast_transport(const Deck& deck) {
+// Engines on rollout ranks have no trainer in their process to alias or copy from: they
+// take the weights by broadcast or through disk deltas, and broadcast in turn needs ranks
+// to broadcast to. (world.rollout-ranks against the number of ranks is checked at
+// start-up, where the ranks are known.)
+void rollout_ranks_use_a_transport_between_ranks(const Deck& deck) {
   const bool split = deck.get<int64_t>("world.rollout-ranks") > 0;
-  if (split == (deck.get<std::string>("sync.transport") == "broadcast")) return;
+  const std::string transport = deck.get<std::string>("sync.transport");
+  if (split ? transport == "broadcast" || transport == "disk-delta" : transport != "broadcast") return;
   contradiction(deck, {"world.rollout-ranks", "sync.transport"},
-                split ? "rollout ranks get their weights by sync.transport = broadcast"
+                split ? "rollout ranks get their weights by sync.transport = broadcast or disk-delta"
                       : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
 }
 
@@ -142,7 +143,7 @@ const std::vector<DeckRule>& tandem_rules() {
       run_name_is_a_plain_name,
       group_size_gives_advantages,
       shard_optimizer_needs_alias_transport,
-      rollout_ranks_use_the_broadcast_transport,
+      rollout_ranks_use_a_transport_between_ranks,
       staleness_needs_rollout_ranks,
   };
   return rules;

@@ -24,7 +24,7 @@ enum class EngineOrder : int64_t {
   Round,           // sample the prompts [first, first + count) of `step`, each engine its share, and keep them
   Collect,         // send the kept round's groups (gather_round)
   Discard,         // drop the kept round (a stop after a prefetched round)
-  Sync,            // receive the weights (the broadcast transport)
+  Sync,            // receive the weights (the broadcast or disk-delta transport)
   StartStopPoint,  // construct the job's StopPoint (collective over every rank)
   StepBoundary,    // join StopPoint::agree
   Finish,          // the trainers are done: leave

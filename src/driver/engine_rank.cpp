@@ -6,7 +6,7 @@
 
 #include "driver/engine_orders.h"
 #include "driver/rollout_from_deck.h"
-#include "sync/broadcast_transport.h"
+#include "driver/transport_from_deck.h"
 #include "tensor/memory_pool.h"
 #include "world/log.h"
 #include "world/stop_point.h"
@@ -15,15 +15,14 @@ namespace tandem {
 
 namespace {
 
-// What a rollout rank builds at start-up: its memory, the weights the broadcast fills, the
+// What a rollout rank builds at start-up: its memory, the weights its transport fills, the
 // task and the engine that samples it.
 struct RolloutRankEngine {
   RolloutRankEngine(const Deck& deck, World& world, Roles& roles, const ModelConfig& model, const ParameterLayout& layout,
                     DType working_dtype)
       : pool(MemoryPool::create(world.device(), std::max(world.gpu(), 0),
                                 PoolOptions{.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache")})),
-        weights(*pool, layout, working_dtype,
-                BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()}, nullptr),
+        weights(engine_transport_from_deck(deck, *pool, layout, working_dtype, world, roles)),
         task(task_from_deck(deck)),
         format(prompt_format_from_deck(deck, *task)) {
     // A round holds prompts-per-step groups per trainer; this engine runs every K-th one.
@@ -31,12 +30,12 @@ struct RolloutRankEngine {
     const int64_t groups = (round + roles.engines() - 1) / roles.engines();
     const EngineOptions options = engine_options_from_deck(deck, *task, format, groups * deck.get<int64_t>("grpo.group-size"),
                                                            working_dtype, world.device());
-    engine = std::make_unique<Engine>(model, ParameterSet::bind(layout, weights.engine_weights().data, working_dtype, world.device()),
+    engine = std::make_unique<Engine>(model, ParameterSet::bind(layout, weights->engine_weights().data, working_dtype, world.device()),
                                       *pool, options, &format.tokenizer());
     sampler = std::make_unique<LocalGroupSampler>(*engine, *task, format, group_sampling_from_deck(deck, format));
   }
   std::unique_ptr<MemoryPool> pool;  // first, so that it outlives the engine's KV cache
-  BroadcastTransport weights;
+  std::unique_ptr<WeightTransport> weights;
   std::unique_ptr<Task> task;
   PromptFormat format;
   std::unique_ptr<Engine> engine;
@@ -73,7 +72,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
         break;
       case EngineOrder::Collect: gather_round(roles.link(), std::exchange(kept, {})); break;  // an error fails every rank
       case EngineOrder::Discard: kept.clear(); break;
-      case EngineOrder::Sync: built->weights.sync(); break;
+      case EngineOrder::Sync: built->weights->sync(); break;
       case EngineOrder::StartStopPoint: stop_point.emplace(world.comm(), std::nullopt); break;
       case EngineOrder::StepBoundary: stop_point->agree(); break;
       case EngineOrder::Finish: return kExitDone;

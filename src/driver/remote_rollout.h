@@ -45,6 +45,18 @@ class RemoteRollout final : public GroupSource {
   // Trainer rank 0 gives the engines an order without arguments (Sync, StartStopPoint,
   // StepBoundary), right before the collective it announces; other trainers do nothing.
   void announce(EngineOrder order);
+  // announce(order), then this trainer's part of the collective it announces. A failure
+  // that every rank of the job agreed on there (RanksFailedError) has ended the engines too.
+  template <class Collective>
+  auto join(EngineOrder order, Collective&& collective) {
+    announce(order);
+    try {
+      return collective();
+    } catch (const RanksFailedError&) {
+      engines_left_ = true;
+      throw;
+    }
+  }
   // The end of the run: the engines leave.
   void finish();
 

@@ -21,6 +21,7 @@
 #include "driver/phase_memory.h"
 #include "driver/optimizer_from_deck.h"
 #include "driver/trainer_checkpoint.h"
+#include "driver/transport_from_deck.h"
 #include "driver/non_finite_step.h"
 #include "driver/resume.h"
 #include "deck/deck_diff.h"
@@ -71,17 +72,6 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
     config.peak_device = PeakDevice::Cpu;
   }
   return config;
-}
-
-DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path& run_folder) {
-  DiskDeltaSettings settings;
-  const std::string path = deck.get<std::string>("sync.path");
-  settings.path = path.empty() ? run_folder / "weights" : fs::path(path);
-  settings.baseline = deck.get<std::string>("sync.baseline");
-  settings.encoding = delta_encoding_from_name(deck.get<std::string>("sync.delta-encoding"));
-  settings.compression_level = static_cast<int>(deck.get<int64_t>("sync.compression-level"));
-  settings.keep_versions = static_cast<int>(deck.get<int64_t>("sync.keep-versions"));
-  return settings;
 }
 
 std::string startup_table(const World& world, const Roles& roles, const Deck& deck, const ModelConfig& model,
@@ -222,13 +212,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
                              .transport = transport_kind_from_name(deck.get<std::string>("sync.transport")),
                              .optimizer_state = state_store.data(),
                              .state_slot_bytes = optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
-                             .disk_delta = disk_delta_settings_from_deck(deck, folder),
-                             .comm = comm,
-                             .broadcast = BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()},
+                             .disk_delta = disk_delta_settings_from_deck(deck, layout, *world, roles),
+                             .broadcast = broadcast_settings_from_deck(deck, roles),
                              .shard = shard});
   auto sync_weights = [&] {
-    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::Sync);
-    return memory.sync_weights();
+    if (!rollout_ranks_client) return memory.sync_weights();
+    return rollout_ranks_client->join(EngineOrder::Sync, [&] { return memory.sync_weights(); });
   };
   HandoffExecutor handoff(*pool, handoff_config, sync_weights,
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });

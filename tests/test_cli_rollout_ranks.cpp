@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "io/run_file.h"
 #include "support.h"
@@ -29,12 +30,17 @@ std::string mpirun(int np, bool timeout = true) {
          " ";
 }
 
-// 2 trainers x 2 prompts of 2 samples, dynamic sampling (so some steps draw extra rounds).
-std::string run_args(const TempDir& dir, const std::string& name, int rollout_ranks) {
+// 2 prompts of 2 samples per trainer, dynamic sampling (so some steps draw extra rounds).
+std::string run_args(const TempDir& dir, const std::string& name, int rollout_ranks, int prompts = 2) {
   return "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() + " --run.name=" + name +
-         " --run.steps=5 --sft.steps=2 --run.checkpoint-every=0 --task.prompts-per-step=2 --grpo.group-size=2"
-         " --grpo.dynamic-sampling=true --grpo.loss-aggregation=global-token-sum" +
+         " --run.steps=5 --sft.steps=2 --run.checkpoint-every=0 --task.prompts-per-step=" + std::to_string(prompts) +
+         " --grpo.group-size=2 --grpo.dynamic-sampling=true --grpo.loss-aggregation=global-token-sum" +
          (rollout_ranks > 0 ? " --sync.transport=broadcast --world.rollout-ranks=" + std::to_string(rollout_ranks) : "");
+}
+
+// Over-sampling: rounds of `per_prompt` times the batch's prompts.
+std::string over_sampling(int prompts, int per_prompt) {
+  return " --grpo.over-sampling-groups=" + std::to_string(prompts * per_prompt);
 }
 
 // `trainers` trainer ranks with 1, 2 or 4 rollout ranks against as many colocated ranks;
@@ -48,20 +54,21 @@ int process_of_rank(const std::vector<int>& processes, int rank) {
   return 0;
 }
 
-void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts) {
+void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts, const std::string& extra = "") {
   TempDir dir;
-  const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0));
+  const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0) + extra);
   ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
   for (int engines : engine_counts) {
     SCOPED_TRACE(std::to_string(trainers) + " trainer ranks, " + std::to_string(engines) + " rollout ranks");
     const std::string name = "split" + std::to_string(engines);
-    const auto split = run_command(mpirun(trainers + engines) + run_args(dir, name, engines));
+    const auto split = run_command(mpirun(trainers + engines) + run_args(dir, name, engines) + extra);
     ASSERT_EQ(split.exit_code, 0) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), rollout"), std::string::npos) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), trainer"), std::string::npos) << split.output;
     tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / name);
     const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / name / kRunFileName);
-    for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "format_rate", "reward_std", "kl"})
+    for (const char* metric :
+         {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "format_rate", "reward_std", "kl"})
       EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
     const auto drawn = a.metric("sampling/drawn_groups");
     EXPECT_GT(*std::max_element(drawn.begin() + 2, drawn.end()), 2.0 * trainers);  // an extra round was drawn
@@ -76,6 +83,59 @@ TEST(CliRolloutRanks, TwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRa
 }
 
 TEST(CliRolloutRanks, OneTrainerWithFourRolloutRanksReproducesOneRank) { expect_split_runs_reproduce_colocated(1, {4}); }
+
+// Rounds of three times the batch: a round ends once its first groups decide the batch,
+// and the step counts those alone, whether colocated ranks sampled the rest or the
+// rollout ranks aborted it.
+TEST(CliRolloutRanks, WithOverSamplingTwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRanks) {
+  expect_split_runs_reproduce_colocated(2, {1, 2}, over_sampling(2, 3));
+}
+
+// One trainer, a batch of one prompt per engine, rounds of 16 per engine. The engines are
+// sized for their share of the batch (one group of 2 runs at a time), so when the first
+// group of every engine is in, which decides the batch of an SFT step, each engine still
+// has most of its 16 groups queued or running: every engine aborts its own, and none is
+// left. The GRPO steps' dynamic sampling and the metrics still match the colocated run.
+void expect_surplus_aborted_on_every_engine(int engines) {
+  TempDir dir;
+  const std::string over = over_sampling(engines, 16);
+  const auto colocated = run_command(mpirun(1) + run_args(dir, "colocated", 0, engines) + over);
+  ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
+  const auto split = run_command(mpirun(1 + engines) + run_args(dir, "split", engines, engines) + over);
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / "split");
+  const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / "split" / kRunFileName);
+  for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "reward_std"})
+    EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
+  const std::vector<double> aborted = b.metric("rollout/aborted_requests");
+  for (const int step : {1, 2}) {  // the SFT steps: every group counts, the first `engines` decide
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::string line = "round of step " + std::to_string(step) + ": the first " + std::to_string(engines) + " of " +
+                             std::to_string(16 * engines) + " groups decide the batch; requests aborted per rollout rank: ";
+    const size_t at = split.output.find(line);
+    ASSERT_NE(at, std::string::npos) << split.output;
+    std::istringstream counts(split.output.substr(at + line.size(), split.output.find('\n', at) - at - line.size()));
+    double total = 0;
+    for (int engine = 0; engine < engines; ++engine) {
+      std::string rank, separator;
+      int64_t count = -1;
+      counts >> rank >> separator >> count;
+      EXPECT_EQ(rank + " " + separator, "rank " + std::to_string(1 + engine) + ":") << split.output;
+      EXPECT_GT(count, 0) << "rollout rank " << 1 + engine << " aborted nothing\n" << split.output;
+      total += static_cast<double>(count);
+      if (engine + 1 < engines) counts.ignore(1);  // the comma
+    }
+    std::string rest;
+    std::getline(counts, rest);
+    EXPECT_NE(rest.find("in all); 0 left queued or running"), std::string::npos) << rest;
+    EXPECT_EQ(aborted[step - 1], total);
+  }
+  for (const double none : a.metric("rollout/aborted_requests")) EXPECT_EQ(none, 0.0);
+}
+
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnTheOneRolloutRank) { expect_surplus_aborted_on_every_engine(1); }
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnEachOfTwoRolloutRanks) { expect_surplus_aborted_on_every_engine(2); }
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnEachOfFourRolloutRanks) { expect_surplus_aborted_on_every_engine(4); }
 
 // The engines hold no trainer state: a split run stopped after a job's steps resumes
 // from the trainers' checkpoint, the engines from the weights trainer rank 0 sends them.

@@ -121,6 +121,18 @@ void rollout_ranks_use_the_broadcast_transport(const Deck& deck) {
                       : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
 }
 
+// Over-sampling draws rounds larger than the batch for dynamic sampling to choose from.
+void over_sampling_serves_dynamic_sampling(const Deck& deck) {
+  const int64_t over = deck.get<int64_t>("grpo.over-sampling-groups");
+  if (over == 0) return;
+  if (!deck.get<bool>("grpo.dynamic-sampling"))
+    contradiction(deck, {"grpo.over-sampling-groups", "grpo.dynamic-sampling"},
+                  "grpo.over-sampling-groups draws extra prompts for dynamic sampling to choose from: set grpo.dynamic-sampling = true");
+  if (over < deck.get<int64_t>("task.prompts-per-step"))
+    contradiction(deck, {"grpo.over-sampling-groups", "task.prompts-per-step"},
+                  "a round of grpo.over-sampling-groups prompts per rank must hold the rank's batch of task.prompts-per-step");
+}
+
 }  // namespace
 
 const std::vector<DeckRule>& tandem_rules() {
@@ -134,6 +146,7 @@ const std::vector<DeckRule>& tandem_rules() {
       group_size_gives_advantages,
       shard_optimizer_needs_alias_transport,
       rollout_ranks_use_the_broadcast_transport,
+      over_sampling_serves_dynamic_sampling,
   };
   return rules;
 }

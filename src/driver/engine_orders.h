@@ -38,18 +38,20 @@ EngineCommand broadcast_command(MPI_Comm link, const EngineCommand& command);
 // samples: every engines-th one.
 std::vector<uint64_t> engine_share(const EngineCommand& round, int engine, int engines);
 
-// A rollout rank's answer to a round: its groups, or the error that stopped it.
+// What travels about a round (round_stream.h, remote_rollout.h): groups, the error that
+// failed it, or the stop that cut it.
 std::string groups_reply(const std::vector<SampledGroup>& groups);
 std::string error_reply(ExitCode code, const std::string& message);
+std::string stop_reply(const std::string& why);
+enum class ReplyKind { Groups, Error, Stop };
+ReplyKind reply_kind(const std::string& reply);
 
-// Collective over the link: every rollout rank's reply (trainer rank 0 passes ""). Any
-// error reply fails every rank of the link together (RanksFailedError with each error,
-// which names its rank); else trainer rank 0 returns every engine's groups (in engine
-// order) and the engines return none: the groups travel to trainer rank 0 alone.
-std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
+// Throws RanksFailedError with every error reply's message and the first one's code; does
+// nothing when there is none.
+void throw_errors(const std::vector<std::string>& replies);
 
-// Trainer rank 0 hands the round on to the other trainers as one reply (error_reply when
-// the round failed); read_reply turns it back into groups, or throws that error.
-std::vector<SampledGroup> read_reply(const std::string& reply);
+// The groups of a groups reply; throws the error of an error reply; a stop reply's reason
+// goes to `stopped`, with no groups.
+std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped);
 
 }  // namespace tandem

@@ -3,13 +3,40 @@
 #include <optional>
 
 #include "driver/engine_orders.h"
+#include "driver/round_stream.h"
 #include "driver/rollout_from_deck.h"
 #include "sync/broadcast_transport.h"
 #include "tensor/memory_pool.h"
 #include "world/log.h"
 #include "world/stop_point.h"
+#include "world/stop_signals.h"
 
 namespace tandem {
+
+namespace {
+
+// Samples this engine's share of a round, streaming each scored group to trainer rank 0,
+// until the share is done or trainer rank 0 ends the round; a stop signal received
+// meanwhile goes to trainer rank 0, which cuts the round on every engine.
+void serve_round(const EngineCommand& round, LocalGroupSampler& sampler, const Engine& engine, const Roles& roles,
+                 const std::string& name) {
+  EngineRound stream(roles.link());
+  int64_t aborted = 0;
+  try {
+    aborted = sampler.stream(
+        round.step, engine_share(round, roles.rank(), roles.engines()),
+        [&](SampledGroup&& group) { stream.send_group(group); },
+        [&] {
+          if (const int signal = stop_signal_received()) stream.send_stop(signal_name(signal) + " received on " + name);
+          return stream.ended();
+        });
+  } catch (const std::exception& e) {
+    stream.fail(exit_code_of(e), name + ": " + e.what());
+  }
+  stream.close(aborted, static_cast<int64_t>(engine.running() + engine.waiting()));  // an engine's error fails every rank
+}
+
+}  // namespace
 
 int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelConfig& model, const ParameterLayout& layout,
                     DType working_dtype) {
@@ -33,16 +60,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
   for (;;) {
     const EngineCommand command = broadcast_command(roles.link(), {});
     switch (command.order) {
-      case EngineOrder::Round: {
-        std::string reply;
-        try {
-          reply = groups_reply(sampler.sample_prompts(command.step, engine_share(command, roles.rank(), roles.engines())));
-        } catch (const std::exception& e) {
-          reply = error_reply(exit_code_of(e), name + ": " + e.what());
-        }
-        gather_round(roles.link(), reply);  // an engine's error fails every rank
-        break;
-      }
+      case EngineOrder::Round: serve_round(command, sampler, engine, roles, name); break;
       case EngineOrder::Sync: weights.sync(); break;
       case EngineOrder::StartStopPoint: stop_point.emplace(world.comm(), std::nullopt); break;
       case EngineOrder::StepBoundary: stop_point->agree(); break;

@@ -37,25 +37,33 @@ RemoteRollout::~RemoteRollout() {
   }
 }
 
-std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, int64_t count) {
+RoundGroups RemoteRollout::sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) {
   const int rank = roles_.rank(), trainers = roles_.size();
-  std::string round;
+  const uint64_t round_first = first - static_cast<uint64_t>(rank * count);
+  std::string reply;
+  int64_t aborted = 0;
   if (roles_.link() != MPI_COMM_NULL) {
-    const EngineCommand order{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), trainers * count};
+    const EngineCommand order{EngineOrder::Round, step, round_first, trainers * count};
     broadcast_command(roles_.link(), order);
     try {
-      round = groups_reply(gather_round(roles_.link(), ""));
+      CollectedRound round = collect_round(roles_.link(), order, decision, stop_requested_, roles_.trainers());
+      for (const int64_t engine : round.aborted) aborted += engine;
+      reply = round.stopped.empty() ? groups_reply(round.groups) : stop_reply(round.stopped);
     } catch (const RanksFailedError& error) {
       engines_left_ = true;  // they fail with this error too
-      round = error_reply(error.code(), error.what());
+      reply = error_reply(error.code(), error.what());
     }
   }
-  broadcast_string(roles_.comm(), round, 0, "the handing out of a round's groups");
-  std::vector<SampledGroup> groups = read_reply(round);
-  std::sort(groups.begin(), groups.end(),
-            [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
-  const auto mine = groups.begin() + rank * count;
-  return {std::make_move_iterator(mine), std::make_move_iterator(mine + count)};
+  broadcast_string(roles_.comm(), reply, 0, "the handing out of a round's groups");
+  MPI_Request request;
+  MPI_Ibcast(&aborted, 1, MPI_INT64_T, 0, roles_.comm(), &request);
+  wait_for_ranks(request, "the handing out of a round's groups", roles_.comm());
+  RoundGroups mine;
+  mine.aborted_requests = aborted;
+  for (SampledGroup& group : read_reply(reply, mine.stopped))
+    if (group.prompt_index >= first && group.prompt_index < first + static_cast<uint64_t>(count))
+      mine.groups.push_back(std::move(group));
+  return mine;
 }
 
 void RemoteRollout::announce(EngineOrder order) {

@@ -72,7 +72,7 @@ void stop_guarding(MPI_Comm comm) {
     }
 }
 
-void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm) {
+void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const std::function<void()>& between_tests) {
   MPI_Request requests[3] = {request, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   Ring* ring = ring_of(comm);
   if (ring && ring->size > 1) {
@@ -87,6 +87,7 @@ void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm) {
     int done = 0;
     MPI_Testall(3, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
+    if (between_tests) between_tests();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout > 0 && waited > timeout && !reported) {
       int left_arrived = 0;

@@ -91,46 +91,53 @@ TEST(CliRolloutRanks, WithOverSamplingTwoTrainersWithOneOrTwoRolloutRanksReprodu
   expect_split_runs_reproduce_colocated(2, {1, 2}, over_sampling(2, 3));
 }
 
-// One trainer, a batch of one prompt per engine, rounds of 16 per engine. The engines are
-// sized for their share of the batch (one group of 2 runs at a time), so when the first
-// group of every engine is in, which decides the batch of an SFT step, each engine still
-// has most of its 16 groups queued or running: every engine aborts its own, and none is
-// left. The GRPO steps' dynamic sampling and the metrics still match the colocated run.
+// Long generations: with 4096 token ids a random model rarely samples a stop id, so most
+// completions run to max-new-tokens; lr 1e-9 keeps the model so.
+const char* kLongGenerations = " --model.vocab=4096 --grpo.max-new-tokens=256 --sft.lr=1e-9";
+
+// Each rollout rank's count in trainer rank 0's line `prefix`rank R: N, rank R: N (T in
+// all); H left queued or running: every engine must have aborted some, none may hold
+// any; returns T.
+double expect_every_engine_aborted(const std::string& output, const std::string& prefix, int first_engine, int engines) {
+  const size_t at = output.find(prefix);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no line " << prefix << "\n" << output;
+    return 0;
+  }
+  std::istringstream counts(output.substr(at + prefix.size(), output.find('\n', at) - at - prefix.size()));
+  double total = 0;
+  for (int engine = 0; engine < engines; ++engine) {
+    std::string rank, number;
+    int64_t count = -1;
+    counts >> rank >> number >> count;
+    EXPECT_EQ(rank + " " + number, "rank " + std::to_string(first_engine + engine) + ":") << output;
+    EXPECT_GT(count, 0) << "rollout rank " << first_engine + engine << " aborted nothing\n" << output;
+    total += static_cast<double>(count);
+    counts.ignore(1);  // the comma
+  }
+  std::string rest;
+  std::getline(counts, rest);
+  EXPECT_NE(rest.find("in all); 0 left queued or running"), std::string::npos) << rest;
+  return total;
+}
+
+// One trainer, SFT steps (every group counts), a batch of one prompt per engine, rounds of
+// 16 per engine. The engines are sized for their share of the batch (one group runs at a
+// time), so when the first group of every engine is in, which decides the batch, each
+// engine still has its other 15 groups queued or running: every engine aborts its own.
 void expect_surplus_aborted_on_every_engine(int engines) {
   TempDir dir;
-  const std::string over = over_sampling(engines, 16);
-  const auto colocated = run_command(mpirun(1) + run_args(dir, "colocated", 0, engines) + over);
-  ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
-  const auto split = run_command(mpirun(1 + engines) + run_args(dir, "split", engines, engines) + over);
+  const auto split = run_command(mpirun(1 + engines) + run_args(dir, "split", engines, engines) + over_sampling(engines, 16) +
+                                 kLongGenerations + " --run.steps=2");
   ASSERT_EQ(split.exit_code, 0) << split.output;
-  tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / "split");
-  const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / "split" / kRunFileName);
-  for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "reward_std"})
-    EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
-  const std::vector<double> aborted = b.metric("rollout/aborted_requests");
-  for (const int step : {1, 2}) {  // the SFT steps: every group counts, the first `engines` decide
+  const std::vector<double> aborted = RunFile::open(dir.path() / "split" / kRunFileName).metric("rollout/aborted_requests");
+  ASSERT_EQ(aborted.size(), 2u);
+  for (const int step : {1, 2}) {
     SCOPED_TRACE("step " + std::to_string(step));
     const std::string line = "round of step " + std::to_string(step) + ": the first " + std::to_string(engines) + " of " +
                              std::to_string(16 * engines) + " groups decide the batch; requests aborted per rollout rank: ";
-    const size_t at = split.output.find(line);
-    ASSERT_NE(at, std::string::npos) << split.output;
-    std::istringstream counts(split.output.substr(at + line.size(), split.output.find('\n', at) - at - line.size()));
-    double total = 0;
-    for (int engine = 0; engine < engines; ++engine) {
-      std::string rank, separator;
-      int64_t count = -1;
-      counts >> rank >> separator >> count;
-      EXPECT_EQ(rank + " " + separator, "rank " + std::to_string(1 + engine) + ":") << split.output;
-      EXPECT_GT(count, 0) << "rollout rank " << 1 + engine << " aborted nothing\n" << split.output;
-      total += static_cast<double>(count);
-      if (engine + 1 < engines) counts.ignore(1);  // the comma
-    }
-    std::string rest;
-    std::getline(counts, rest);
-    EXPECT_NE(rest.find("in all); 0 left queued or running"), std::string::npos) << rest;
-    EXPECT_EQ(aborted[step - 1], total);
+    EXPECT_EQ(aborted[step - 1], expect_every_engine_aborted(split.output, line, 1, engines));
   }
-  for (const double none : a.metric("rollout/aborted_requests")) EXPECT_EQ(none, 0.0);
 }
 
 TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnTheOneRolloutRank) { expect_surplus_aborted_on_every_engine(1); }
@@ -151,6 +158,33 @@ TEST(CliRolloutRanks, ASplitRunResumes) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
   tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "sliced");
+}
+
+// SIGTERM to a rollout rank while the engines generate step 2 (1 prompt each, completions
+// of up to 512 tokens): trainer rank 0 cuts the rollout on both engines, each aborts what
+// it runs, the job exits 0 with step 1's checkpoint, and a restart redoes step 2 with the
+// same seeds: the two jobs take the steps of one uninterrupted run.
+TEST(CliRolloutRanks, ASignalDuringARolloutAbortsItOnEveryRolloutRankAndTheRunResumesBitExact) {
+  TempDir dir;
+  const std::string args = " --run.steps=2 " + std::string(kLongGenerations) + " --grpo.max-new-tokens=512";
+  const auto whole = run_command(mpirun(3) + run_args(dir, "whole", 2) + args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  tandem::testing::BackgroundCommand job(mpirun(3, false) + run_args(dir, "cut", 2) + args, dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "] info: sft 1/2", 60)) << tandem::testing::read_text(dir / "out");
+  const int rollout_rank = process_of_rank(job.children(), 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGTERM);
+  const int code = job.wait();
+  const std::string output = tandem::testing::read_text(dir / "out");
+  ASSERT_EQ(code, 0) << output;
+  expect_every_engine_aborted(output, "the rollout of step 2 is cut (SIGTERM received on rollout rank 2); requests aborted per rollout rank: ", 1, 2);
+  EXPECT_NE(output.find("stopped at step 1 of 2: SIGTERM received on rollout rank 2 during the rollout of step 2"), std::string::npos)
+      << output;
+  EXPECT_EQ(RunFile::open(dir.path() / "cut" / kRunFileName).steps().size(), 1u);
+  const auto resumed = run_command(mpirun(3) + run_args(dir, "cut", 2) + args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "cut");
 }
 
 TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {

@@ -1,6 +1,8 @@
 // Waiting for the other ranks without a busy loop, and naming the rank that stops answering.
-// The step's MPI collectives run non-blocking and wait here, testing with sleeps that grow
-// to a millisecond (a SIGSTOPped or hung rank no longer keeps the others at 100% CPU).
+// The step's MPI collectives run non-blocking and wait here: until every rank has arrived
+// (an MPI_Ibarrier beside the collective), testing with sleeps that grow to a millisecond
+// (a SIGSTOPped or hung rank no longer keeps the others at 100% CPU); from then on,
+// testing without sleeps, since MPI moves a large message only while it is called.
 // Each guarded collective also passes a token around the ring of its communicator's ranks,
 // so when one does not complete within world.stall-timeout the rank after the silent one
 // names it and the collective it did not reach, and the job ends (exit code 1). Each

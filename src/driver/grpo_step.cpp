@@ -125,17 +125,24 @@ void GrpoStep::count_samples(const std::vector<SampledGroup>& groups, RolloutSum
 }
 
 std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>& round) const {
-  std::string mine;
+  std::vector<double> mine;
   for (const SampledGroup& group : round) {
     const std::vector<double> rewards = group.rewards();
-    mine.append(reinterpret_cast<const char*>(rewards.data()), rewards.size() * sizeof(double));
+    mine.insert(mine.end(), rewards.begin(), rewards.end());
   }
-  std::vector<double> all;
-  for (const std::string& theirs : all_gather_strings(comm_, mine)) {
-    const size_t before = all.size();
-    all.resize(before + theirs.size() / sizeof(double));
-    std::copy(theirs.begin(), theirs.end(), reinterpret_cast<char*>(all.data() + before));
+  // A round that ended early leaves the ranks unequal counts.
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(world_size_), offsets(world_size_);
+  all_gather(&count, 1, MPI_INT, counts.data(), comm_, "the gathering of rewards");
+  int total = 0;
+  for (int r = 0; r < world_size_; ++r) {
+    offsets[r] = total;
+    total += counts[r];
   }
+  std::vector<double> all(total);
+  MPI_Request request;
+  MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, comm_, &request);
+  wait_for_ranks(request, "the gathering of rewards", comm_);
   return all;
 }
 

@@ -2,15 +2,16 @@
 // and K rollout ranks take the same steps as T colocated ranks (the seeds follow the
 // prompts, not the rank that samples them), a split run resumes, a signal to a rollout
 // rank stops every rank at one step and a stopped one is named, a failure of the trainers
-// ends the engines too, an
-// engine's error ends every rank with its message, and a split that leaves no trainer is
-// a deck error.
+// ends the engines too, an engine's error (in a round or at start-up) ends every rank with
+// its message, and a split that leaves no trainer is a deck error. Then
+// rollout.max-staleness = 1: the round sampled ahead, its weights, restarts and stops.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "io/run_file.h"
@@ -74,6 +75,23 @@ void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>&
     EXPECT_GT(*std::max_element(drawn.begin() + 2, drawn.end()), 2.0 * trainers);  // an extra round was drawn
     EXPECT_GT(b.metric("sync/bytes").back(), 0.0);
   }
+}
+
+// Runs `args` at -np 3 and sends SIGTERM to job rank `rank` once step 2 has ended; the
+// job must stop cleanly. `output` gets the job's output.
+void stop_at_sigterm(const TempDir& dir, const std::string& args, int rank, std::string& output) {
+  tandem::testing::BackgroundCommand job(mpirun(3, false) + args, dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
+  const std::vector<int> ranks = job.children();
+  ASSERT_EQ(ranks.size(), 3u);
+  const int process = process_of_rank(ranks, rank);
+  ASSERT_GT(process, 0);
+  kill(process, SIGTERM);
+  const int code = job.wait();
+  output = tandem::testing::read_text(dir / "out");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
+  EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
 }
 
 }  // namespace
@@ -189,18 +207,8 @@ TEST(CliRolloutRanks, ASignalDuringARolloutAbortsItOnEveryRolloutRankAndTheRunRe
 
 TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {
   TempDir dir;
-  tandem::testing::BackgroundCommand job(mpirun(3, false) + run_args(dir, "signal", 1) + " --run.steps=1000", dir / "out");
-  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "[step 2]", 60)) << tandem::testing::read_text(dir / "out");
-  const std::vector<int> ranks = job.children();
-  ASSERT_EQ(ranks.size(), 3u);
-  const int rollout_rank = process_of_rank(ranks, 2);
-  ASSERT_GT(rollout_rank, 0);
-  kill(rollout_rank, SIGTERM);
-  const int code = job.wait();
-  const std::string output = tandem::testing::read_text(dir / "out");
-  ASSERT_EQ(code, 0) << output;
-  EXPECT_NE(output.find("SIGTERM received"), std::string::npos) << output;
-  EXPECT_NE(output.find("stopped at step "), std::string::npos) << output;
+  std::string output;
+  stop_at_sigterm(dir, run_args(dir, "signal", 1) + " --run.steps=1000", 2, output);
 }
 
 // A rollout rank that stops (SIGSTOP) is named by trainer rank 0, its neighbour on the
@@ -254,4 +262,142 @@ TEST(CliRolloutRanks, ASplitMustLeaveATrainerAndUseTheBroadcastTransport) {
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_NE(result.output.find("world.rollout-ranks = "), std::string::npos) << result.output;
   }
+}
+
+// rollout.max-staleness = 1 (2 trainers, 1 rollout rank): the engines sample step k+1
+// with the weights of step k-1 while the trainers train step k.
+namespace {
+
+// Without SFT steps or dynamic sampling: each step draws one round, from the same prompts
+// whatever the staleness, and its first sample on rank 0 is stored.
+std::string staleness_args(const TempDir& dir, const std::string& name, int staleness, const std::string& lr) {
+  return "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() + " --run.name=" + name +
+         " --run.steps=4 --sft.steps=0 --run.checkpoint-every=0 --run.samples-every=1 --task.prompts-per-step=2"
+         " --grpo.group-size=2 --grpo.lr=" + lr + " --sync.transport=broadcast --world.rollout-ranks=1"
+         " --rollout.max-staleness=" + std::to_string(staleness);
+}
+
+// Tokens and rollout log-probs of rank 0's samples of `step`.
+std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> sampled(const RunFile& run, int64_t step) {
+  std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> samples;
+  for (const SampleRecord& record : run.samples(step)) samples.push_back({record.completion_tokens, record.rollout_logp});
+  return samples;
+}
+
+}  // namespace
+
+// With lr = 0 the weights never change, so the round sampled ahead is the round a
+// staleness-0 run samples: every metric and sample is the same bit for bit (the prompt
+// and seed plumbing), dynamic sampling's extra rounds included.
+TEST(CliRolloutRanks, StalenessOneWithLearningRateZeroReproducesStalenessZero) {
+  TempDir dir;
+  const std::string dynamic = " --grpo.dynamic-sampling=true --run.steps=5";
+  const auto fresh = run_command(mpirun(3) + staleness_args(dir, "fresh", 0, "0") + dynamic);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  const auto ahead = run_command(mpirun(3) + staleness_args(dir, "ahead", 1, "0") + dynamic);
+  ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
+  tandem::testing::expect_same_metrics(dir.path() / "fresh", dir.path() / "ahead");
+  const RunFile a = RunFile::open(dir.path() / "fresh" / kRunFileName), b = RunFile::open(dir.path() / "ahead" / kRunFileName);
+  for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "reward_std", "ratio_mean", "ratio_max"})
+    EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
+  const auto drawn = a.metric("sampling/drawn_groups");
+  EXPECT_GT(*std::max_element(drawn.begin(), drawn.end()), 4.0);  // an extra round was drawn
+  for (int64_t step = 1; step <= 5; ++step) EXPECT_EQ(sampled(b, step), sampled(a, step)) << "step " << step;
+  EXPECT_EQ(a.metric("rollout/staleness"), std::vector<double>(5, 0.0));
+  // The share of each step's groups from its first round, the one sampled ahead (0 when
+  // dynamic sampling kept only groups of the extra rounds, sampled afresh).
+  const auto staleness = b.metric("rollout/staleness");
+  EXPECT_EQ(staleness[0], 0.0);  // a job's first round is sampled afresh
+  EXPECT_EQ(*std::max_element(staleness.begin(), staleness.end()), 1.0);
+  EXPECT_GE(*std::min_element(staleness.begin(), staleness.end()), 0.0);
+}
+
+// With a real learning rate, step k+1's rollout log-probs come from the weights of step
+// k-1: step 2's from the initial weights (as a run with lr = 0 samples it), step 3's
+// from step 1's (as a staleness-0 run resumed after step 1 with lr = 0 samples it).
+TEST(CliRolloutRanks, StalenessOneSamplesStepKPlusOneWithTheWeightsOfStepKMinusOne) {
+  TempDir dir;
+  const auto ahead = run_command(mpirun(3) + staleness_args(dir, "ahead", 1, "0.01"));
+  ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
+  const auto initial = run_command(mpirun(3) + staleness_args(dir, "initial", 0, "0"));
+  ASSERT_EQ(initial.exit_code, 0) << initial.output;
+  const auto step_one = run_command(mpirun(3) + staleness_args(dir, "step1", 0, "0.01") + " --run.steps-per-job=1");
+  ASSERT_EQ(step_one.exit_code, 0) << step_one.output;
+  const auto frozen = run_command(mpirun(3) + staleness_args(dir, "step1", 0, "0"));
+  ASSERT_EQ(frozen.exit_code, 0) << frozen.output;
+  const RunFile a = RunFile::open(dir.path() / "ahead" / kRunFileName);
+  const RunFile w0 = RunFile::open(dir.path() / "initial" / kRunFileName);
+  const RunFile w1 = RunFile::open(dir.path() / "step1" / kRunFileName);
+  EXPECT_EQ(sampled(a, 1), sampled(w0, 1));
+  EXPECT_EQ(sampled(a, 2), sampled(w0, 2));
+  EXPECT_EQ(sampled(a, 3), sampled(w1, 3));
+  EXPECT_NE(sampled(w1, 3), sampled(w0, 3));  // the learning rate changed what the engines sample
+  EXPECT_EQ(a.metric("rollout/staleness"), (std::vector<double>{0, 1, 1, 1}));
+  // The importance ratio against the rollout log-probs: about 1 on-policy (step 1), off
+  // it once the engines sample with weights a step older than the trainer's.
+  const auto ratio = a.metric("ratio_max");
+  EXPECT_LT(std::abs(ratio[0] - 1), 1e-4);
+  EXPECT_GT(std::abs(ratio[1] - 1), 1e-3);
+}
+
+// A scheduled checkpoint's step orders nothing ahead: the next round is sampled with the
+// checkpointed weights, so a run resumed from it takes the same steps bit for bit.
+TEST(CliRolloutRanks, AStalenessOneRunResumedFromAScheduledCheckpointIsBitExact) {
+  TempDir dir;
+  const std::string args = " --run.steps=6 --run.checkpoint-every=3 --grpo.dynamic-sampling=true";
+  const auto whole = run_command(mpirun(3) + staleness_args(dir, "whole", 1, "0.01") + args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string sliced = mpirun(3) + staleness_args(dir, "sliced", 1, "0.01") + args + " --run.steps-per-job=3";
+  const auto first = run_command(sliced);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_command(sliced);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("step 4's first round is sampled afresh"), std::string::npos) << second.output;
+  tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "sliced");
+  const RunFile a = RunFile::open(dir.path() / "whole" / kRunFileName), b = RunFile::open(dir.path() / "sliced" / kRunFileName);
+  for (const char* metric : {"rollout/staleness", "ratio_mean", "sampling/drawn_groups"})
+    EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
+  const auto staleness = a.metric("rollout/staleness");
+  EXPECT_EQ(staleness[3], 0.0);  // step 4 follows the checkpoint of step 3
+  EXPECT_GT(staleness[4], 0.0);
+}
+
+// A signal stops every rank at one step while the engines hold the next step's round:
+// the round is dropped, and the resumed job samples its first round afresh.
+TEST(CliRolloutRanks, ASignalStopsEveryRankWithARoundSampledAhead) {
+  TempDir dir;
+  const std::string args = staleness_args(dir, "signal", 1, "0.01") + " --run.samples-every=0 --run.steps=1000";
+  std::string output;
+  stop_at_sigterm(dir, args, 0, output);
+  if (HasFatalFailure()) return;
+  EXPECT_NE(output.find("the stop drops the round the rollout ranks sampled ahead"), std::string::npos) << output;
+  const RunFile stopped = RunFile::open(dir.path() / "signal" / kRunFileName);
+  const int64_t last = stopped.steps().back();
+  const auto resumed = run_command(mpirun(3) + args + " --run.steps-per-job=2");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step " + std::to_string(last + 1) + "'s first round is sampled afresh"), std::string::npos)
+      << resumed.output;
+  const auto staleness = RunFile::open(dir.path() / "signal" / kRunFileName).metric("rollout/staleness");
+  ASSERT_EQ(staleness.size(), static_cast<size_t>(last + 2));
+  EXPECT_EQ(staleness[last], 0.0);
+  EXPECT_EQ(staleness[last + 1], 1.0);
+}
+
+// An engine that cannot be built (a KV cache of a few bytes) fails every rank together at
+// start-up with each rollout rank's message, not through MPI_Abort.
+TEST(CliRolloutRanks, AnEngineStartUpErrorFailsEveryRankWithEachRolloutRanksMessage) {
+  TempDir dir;
+  const auto result = run_command(mpirun(4) + run_args(dir, "start", 2) + " --rollout.kv-cache-fraction=1e-12");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  for (const char* rank : {"rollout rank 2: start-up: KV cache: ", "rollout rank 3: start-up: KV cache: "})
+    EXPECT_NE(result.output.find(rank), std::string::npos) << rank << "\n" << result.output;
+  EXPECT_NE(tandem::testing::read_text(dir.path() / "start" / "tandem.log").find("rollout rank 3: start-up"), std::string::npos);
+  EXPECT_EQ(result.output.find("MPI_ABORT"), std::string::npos) << result.output;
+}
+
+TEST(CliRolloutRanks, StalenessNeedsRolloutRanks) {
+  const auto result = run_command(tandem::testing::tandem_binary() + " --check --rollout.max-staleness=1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("rollout.max-staleness = 1 samples the next step on rollout ranks"), std::string::npos)
+      << result.output;
 }

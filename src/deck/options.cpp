@@ -50,6 +50,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
       {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},
+      {"rollout.max-staleness", Int, "0", "steps", "how old the policy that samples a step's first round may be: 0 = the weights the step trains; 1 = the engines sample step k+1 with the weights of step k-1 while the trainers train step k (needs world.rollout-ranks > 0). The importance ratio against the rollout log-probs corrects for the older policy. A scheduled checkpoint's step orders nothing ahead, so a restart from it is bit-exact; a stop drops the round ordered ahead, and the resumed job samples it afresh", between(0, 1)},
 
       {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on; jsonl = prompts from task.path (needs model.path's tokenizer)", {}, {"arithmetic", "countdown", "jsonl"}},
       {"task.path", Path, "", "", "JSONL prompt file of task.name = jsonl: one {\"prompt\": ..., \"answer\": ...} object a line, read in an order shuffled by run.seed"},
@@ -65,7 +66,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.group-size", Int, "8", "samples", "completions sampled per prompt (G)", at_least(1)},
       {"grpo.max-new-tokens", Int, "4", "tokens", "longest completion", at_least(1)},
       {"grpo.temperature", Double, "1.0", "", "sampling temperature; log-probs are taken at the same temperature", above(0)},
-      {"grpo.lr", Double, "2e-3", "", "peak learning rate of the RL phase", above(0)},
+      {"grpo.lr", Double, "2e-3", "", "peak learning rate of the RL phase; 0 = the policy samples and is scored but never changes", at_least(0)},
       {"grpo.warmup-steps", Int, "2", "steps", "linear learning-rate warm-up of the RL phase", at_least(0)},
       {"grpo.eps-low", Double, "0.2", "", "lower clip of the importance ratio: 1 - eps-low", at_least(0)},
       {"grpo.eps-high", Double, "0.28", "", "upper clip of the importance ratio: 1 + eps-high", at_least(0)},

@@ -131,6 +131,20 @@ void over_sampling_serves_dynamic_sampling(const Deck& deck) {
   if (over < deck.get<int64_t>("task.prompts-per-step"))
     contradiction(deck, {"grpo.over-sampling-groups", "task.prompts-per-step"},
                   "a round of grpo.over-sampling-groups prompts per rank must hold the rank's batch of task.prompts-per-step");
+  // A round sampled ahead runs whole while the trainers train: nobody decides its batch.
+  if (deck.get<int64_t>("rollout.max-staleness") > 0)
+    contradiction(deck, {"grpo.over-sampling-groups", "rollout.max-staleness"},
+                  "a round with grpo.over-sampling-groups ends once trainer rank 0 decides its batch, which a round "
+                  "sampled ahead under rollout.max-staleness = 1 cannot: set one of them to 0");
+}
+
+// A colocated rank's device runs its engine or its trainer, one at a time: only rollout
+// ranks can sample while the trainers train.
+void staleness_needs_rollout_ranks(const Deck& deck) {
+  if (deck.get<int64_t>("rollout.max-staleness") == 0 || deck.get<int64_t>("world.rollout-ranks") > 0) return;
+  contradiction(deck, {"rollout.max-staleness", "world.rollout-ranks"},
+                "rollout.max-staleness = 1 samples the next step on rollout ranks while the trainers train: set "
+                "world.rollout-ranks > 0 (a colocated rank runs its engine and its trainer one at a time)");
 }
 
 }  // namespace
@@ -147,6 +161,7 @@ const std::vector<DeckRule>& tandem_rules() {
       shard_optimizer_needs_alias_transport,
       rollout_ranks_use_the_broadcast_transport,
       over_sampling_serves_dynamic_sampling,
+      staleness_needs_rollout_ranks,
   };
   return rules;
 }

@@ -1,5 +1,7 @@
 #include "driver/engine_orders.h"
 
+#include <algorithm>
+
 #include "world/stall_guard.h"
 #include "world/world.h"
 
@@ -44,6 +46,45 @@ void throw_errors(const std::vector<std::string>& replies) {
     errors += (errors.empty() ? "" : "; ") + reply.substr(colon + 1);
   }
   if (!errors.empty()) throw RanksFailedError(code, errors);
+}
+
+void fail_together_on_link(MPI_Comm link, const std::string& reply) {
+  // Every gathering waits through the stall guard: a rank that stopped is named.
+  int size = 1;
+  MPI_Comm_size(link, &size);
+  const int failed = reply_kind(reply) == ReplyKind::Error;
+  std::vector<int> failures(size);
+  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of the rollout ranks' replies");
+  if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
+}
+
+std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
+  // The errors first, to every rank, so they all fail together; then the groups to rank 0.
+  fail_together_on_link(link, reply);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(link, &rank);
+  MPI_Comm_size(link, &size);
+  const std::string bytes = reply.empty() ? std::string() : reply.substr(1);
+  int length = static_cast<int>(bytes.size());
+  std::vector<int> lengths(size), offsets(size);
+  MPI_Request request;
+  MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(rank == 0 ? total : 0, '\0');
+  MPI_Igatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
+  std::vector<SampledGroup> groups;
+  if (rank != 0) return groups;
+  for (int r = 1; r < size; ++r) {
+    std::vector<SampledGroup> theirs = read_groups(std::string_view(all).substr(offsets[r], lengths[r]));
+    groups.insert(groups.end(), std::make_move_iterator(theirs.begin()), std::make_move_iterator(theirs.end()));
+  }
+  return groups;
 }
 
 std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped) {

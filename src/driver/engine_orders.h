@@ -2,6 +2,11 @@
 // they answer. A rollout rank waits for nothing but the next order, and every collective
 // it joins follows one, so wherever the trainers end (done, stopped or failed) the
 // engines hear of it instead of waiting in a collective the trainers never reach.
+//
+// A round is two orders: Round samples it and each engine keeps its groups, Collect
+// gathers them to trainer rank 0. Under rollout.max-staleness = 1 other orders come in
+// between (the step boundary, the weight sync): the engines sample the next step's round
+// while the trainers train, and no collective of theirs waits on the sampling.
 #pragma once
 #include <mpi.h>
 
@@ -15,7 +20,11 @@
 namespace tandem {
 
 enum class EngineOrder : int64_t {
-  Round,           // sample the prompts [first, first + count) of `step`, each engine its share
+  ReportStartUp,   // whether this engine started: an engine's start-up error fails every rank together
+  Round,           // sample the prompts [first, first + count) of `step`, each engine its share, and keep them
+  StreamedRound,   // sample them, each engine its share, sending each group as it is scored (round_stream.h)
+  Collect,         // send the kept round's groups (gather_round)
+  Discard,         // drop the kept round (a stop after a prefetched round)
   Sync,            // receive the weights (the broadcast transport)
   StartStopPoint,  // construct the job's StopPoint (collective over every rank)
   StepBoundary,    // join StopPoint::agree
@@ -49,6 +58,16 @@ ReplyKind reply_kind(const std::string& reply);
 // Throws RanksFailedError with every error reply's message and the first one's code; does
 // nothing when there is none.
 void throw_errors(const std::vector<std::string>& replies);
+
+// Collective over the link: every rollout rank's reply (trainer rank 0 passes ""). Any
+// error reply fails every rank of the link together (RanksFailedError with each error,
+// which names its rank).
+void fail_together_on_link(MPI_Comm link, const std::string& reply);
+
+// Collective over the link: fail_together_on_link, then trainer rank 0 returns every
+// engine's groups (in engine order) and the engines return none: the groups travel to
+// trainer rank 0 alone.
+std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
 
 // The groups of a groups reply; throws the error of an error reply; a stop reply's reason
 // goes to `stopped`, with no groups.

@@ -1,6 +1,8 @@
 #include "driver/engine_rank.h"
 
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "driver/engine_orders.h"
 #include "driver/round_stream.h"
@@ -14,6 +16,34 @@
 namespace tandem {
 
 namespace {
+
+// What a rollout rank builds at start-up: its memory, the weights the broadcast fills, the
+// task and the engine that samples it.
+struct RolloutRankEngine {
+  RolloutRankEngine(const Deck& deck, World& world, Roles& roles, const ModelConfig& model, const ParameterLayout& layout,
+                    DType working_dtype)
+      : pool(MemoryPool::create(world.device(), std::max(world.gpu(), 0),
+                                PoolOptions{.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache")})),
+        weights(*pool, layout, working_dtype,
+                BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()}, nullptr),
+        task(task_from_deck(deck)),
+        format(prompt_format_from_deck(deck, *task)) {
+    // A round holds prompts-per-step groups per trainer; this engine runs every K-th one.
+    const int64_t round = roles.trainers() * deck.get<int64_t>("task.prompts-per-step");
+    const int64_t groups = (round + roles.engines() - 1) / roles.engines();
+    const EngineOptions options = engine_options_from_deck(deck, *task, format, groups * deck.get<int64_t>("grpo.group-size"),
+                                                           working_dtype, world.device());
+    engine = std::make_unique<Engine>(model, ParameterSet::bind(layout, weights.engine_weights().data, working_dtype, world.device()),
+                                      *pool, options, &format.tokenizer());
+    sampler = std::make_unique<LocalGroupSampler>(*engine, *task, format, group_sampling_from_deck(deck, format));
+  }
+  std::unique_ptr<MemoryPool> pool;  // first, so that it outlives the engine's KV cache
+  BroadcastTransport weights;
+  std::unique_ptr<Task> task;
+  PromptFormat format;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<LocalGroupSampler> sampler;
+};
 
 // Samples this engine's share of a round, streaming each scored group to trainer rank 0,
 // until the share is done or trainer rank 0 ends the round; a stop signal received
@@ -40,28 +70,34 @@ void serve_round(const EngineCommand& round, LocalGroupSampler& sampler, const E
 
 int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelConfig& model, const ParameterLayout& layout,
                     DType working_dtype) {
-  PoolOptions pool_options;
-  pool_options.pinned_host_cache = deck.get<bool>("memory.pinned-host-cache");
-  auto pool = MemoryPool::create(world.device(), std::max(world.gpu(), 0), pool_options);
-  BroadcastTransport weights(*pool, layout, working_dtype,
-                             BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()}, nullptr);
-  const std::unique_ptr<Task> task = task_from_deck(deck);
-  const PromptFormat format = prompt_format_from_deck(deck, *task);
-  // A round holds prompts-per-step groups per trainer; this engine runs every K-th one.
-  const int64_t round = roles.trainers() * deck.get<int64_t>("task.prompts-per-step");
-  const int64_t groups = (round + roles.engines() - 1) / roles.engines();
-  const EngineOptions options = engine_options_from_deck(deck, *task, format, groups * deck.get<int64_t>("grpo.group-size"),
-                                                         working_dtype, world.device());
-  Engine engine(model, ParameterSet::bind(layout, weights.engine_weights().data, working_dtype, world.device()), *pool,
-                options, &format.tokenizer());
-  LocalGroupSampler sampler(engine, *task, format, group_sampling_from_deck(deck, format));
   const std::string name = "rollout rank " + std::to_string(world.rank());
+  // A start-up error waits for trainer rank 0's first order, ReportStartUp, so that every
+  // rank fails together (or TrainersFailed, when the trainers failed at start-up too).
+  std::unique_ptr<RolloutRankEngine> built;
+  std::string startup_error;
+  try {
+    built = std::make_unique<RolloutRankEngine>(deck, world, roles, model, layout, working_dtype);
+  } catch (const std::exception& e) {
+    TLOG(error) << name << ": start-up: " << e.what();
+    startup_error = error_reply(exit_code_of(e), name + ": start-up: " + e.what());
+  }
   std::optional<StopPoint> stop_point;
+  std::string kept;  // the reply to the round sampled and not yet collected
   for (;;) {
     const EngineCommand command = broadcast_command(roles.link(), {});
     switch (command.order) {
-      case EngineOrder::Round: serve_round(command, sampler, engine, roles, name); break;
-      case EngineOrder::Sync: weights.sync(); break;
+      case EngineOrder::ReportStartUp: fail_together_on_link(roles.link(), startup_error); break;
+      case EngineOrder::Round:
+        try {
+          kept = groups_reply(built->sampler->sample_prompts(command.step, engine_share(command, roles.rank(), roles.engines())));
+        } catch (const std::exception& e) {
+          kept = error_reply(exit_code_of(e), name + ": " + e.what());
+        }
+        break;
+      case EngineOrder::StreamedRound: serve_round(command, *built->sampler, *built->engine, roles, name); break;
+      case EngineOrder::Collect: gather_round(roles.link(), std::exchange(kept, {})); break;  // an error fails every rank
+      case EngineOrder::Discard: kept.clear(); break;
+      case EngineOrder::Sync: built->weights.sync(); break;
       case EngineOrder::StartStopPoint: stop_point.emplace(world.comm(), std::nullopt); break;
       case EngineOrder::StepBoundary: stop_point->agree(); break;
       case EngineOrder::Finish: return kExitDone;

@@ -11,11 +11,16 @@ LocalGroupSampler::LocalGroupSampler(Engine& engine, const Task& task, const Pro
 RoundGroups LocalGroupSampler::sample(int64_t step, uint64_t first, int64_t count, const BatchDecision&) {
   std::vector<uint64_t> indices;
   for (int64_t i = 0; i < count; ++i) indices.push_back(first + static_cast<uint64_t>(i));
-  RoundGroups round;
-  round.groups.resize(indices.size());
-  stream(step, indices, [&](SampledGroup&& group) { round.groups[group.prompt_index - first] = std::move(group); },
+  return {.groups = sample_prompts(step, indices)};
+}
+
+std::vector<SampledGroup> LocalGroupSampler::sample_prompts(int64_t step, const std::vector<uint64_t>& indices) {
+  std::map<uint64_t, size_t> position;
+  for (size_t i = 0; i < indices.size(); ++i) position[indices[i]] = i;
+  std::vector<SampledGroup> groups(indices.size());
+  stream(step, indices, [&](SampledGroup&& group) { groups[position.at(group.prompt_index)] = std::move(group); },
          [] { return false; });
-  return round;
+  return groups;
 }
 
 int64_t LocalGroupSampler::stream(int64_t step, const std::vector<uint64_t>& indices,

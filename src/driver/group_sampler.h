@@ -51,6 +51,8 @@ class LocalGroupSampler final : public GroupSource {
 
   // The whole slice: one rank's engine cannot end a round that other ranks share.
   RoundGroups sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) override;
+  // The groups of any prompt indices, in their order, generated in one batch.
+  std::vector<SampledGroup> sample_prompts(int64_t step, const std::vector<uint64_t>& indices);
   // Generates the groups of any prompt indices in one batch and hands each to `scored` as
   // soon as its G completions are scored (in the order they finish). Between engine steps
   // it asks `abort_now`; once that says yes it ends every request still queued or running

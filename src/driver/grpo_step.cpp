@@ -146,7 +146,7 @@ std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>
   return all;
 }
 
-RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
+RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_age) {
   RolloutSummary summary;
   const int64_t batch = world_size_ * prompts_per_step_;  // groups a step trains on, over all ranks
   const bool filter = dynamic_sampling_ && !is_sft(step);
@@ -158,6 +158,7 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
   std::vector<SampledGroup> mine;      // every group this rank drew that counts, round after round
   std::vector<uint64_t> chosen, left;  // prompt indices of the groups kept and of the flat ones
   int64_t drawn = 0;
+  uint64_t first_round_end = 0;  // the prompts of the first round (which may be older) come before it
   do {
     const uint64_t round_first = static_cast<uint64_t>(cursor + drawn);
     // With over-sampling, a round's groups after those that decide the batch do not count.
@@ -182,6 +183,7 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
     }
     mine.insert(mine.end(), std::make_move_iterator(round.groups.begin()), std::make_move_iterator(round.groups.end()));
     drawn += counted;
+    if (first_round_end == 0) first_round_end = round_first + static_cast<uint64_t>(counted);
   } while (filter && sampling.groups_to_sample() > 0);
   if (static_cast<int64_t>(chosen.size()) < batch) {
     // The trainer's batch has a fixed size: groups without a spread fill it, with zero advantages.
@@ -226,6 +228,10 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
   }
   const std::vector<float> advantages = group_advantages(summary.rewards, group_size_, advantages_);
   for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
+
+  // The step trains on the first `batch` chosen groups (in prompt order, as dealt out).
+  const auto first_round = std::count_if(chosen.begin(), chosen.begin() + batch, [&](uint64_t index) { return index < first_round_end; });
+  summary.staleness = static_cast<double>(first_round_age * first_round) / static_cast<double>(batch);
 
   summary.prompts_drawn = drawn;
   summary.sampling_metrics = {

@@ -53,6 +53,9 @@ struct RolloutSummary {
   MetricValues sampling_metrics;
   // Not empty: a stop signal or the time limit cut the rollout (why), and the step is void.
   std::string stopped;
+  // The mean policy age of the groups the step trains on, in optimizer steps: how many
+  // updates older the weights that sampled them are than the ones the step trains.
+  double staleness = 0;
 };
 
 class GrpoStep {
@@ -65,8 +68,10 @@ class GrpoStep {
   ~GrpoStep();
 
   // The step's prompts from global index `cursor` on (the prompts the run has consumed),
-  // G sampled completions each, their rewards and advantages. Collective.
-  RolloutSummary rollout(int64_t step, int64_t cursor);
+  // G sampled completions each, their rewards and advantages. Collective. The first round
+  // was sampled by a policy `first_round_age` steps old (a round ordered ahead under
+  // rollout.max-staleness); any further round by the current one.
+  RolloutSummary rollout(int64_t step, int64_t cursor, int first_round_age);
   TrainStepResult train(int64_t step, const RolloutSummary& rollout);
   bool is_sft(int64_t step) const { return step <= sft_steps_; }
   // The step's samples for the run file; train log-probs, entropies and reference

@@ -312,6 +312,19 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   int64_t skipped_steps = 0;
   PhaseTimers timers;
   const auto loop_start = std::chrono::steady_clock::now();
+  if (rollout_ranks_client) rollout_ranks_client->check_engines_started();  // the engines' first order
+  // rollout.max-staleness = 1: the rollout ranks sample the next step's first round while
+  // the trainers train this one, with the weights they hold (the previous step's). A job's
+  // first round is always sampled afresh: nothing is ordered ahead of a job's end, of a
+  // scheduled checkpoint (so a restart from it takes the same steps) nor of a stop.
+  const bool overlap = deck.get<int64_t>("rollout.max-staleness") > 0;
+  const int64_t prompts_per_step = deck.get<int64_t>("task.prompts-per-step");
+  auto checkpoint_scheduled = [&](int64_t at) {
+    return (checkpoint_every > 0 && (at % checkpoint_every == 0 || at == steps)) || (at == last_step && at < steps);
+  };
+  if (overlap && resume_from && root)
+    TLOG(info) << "rollout.max-staleness = 1: step " << step + 1
+               << "'s first round is sampled afresh, with the checkpoint's weights (policy age 0)";
   {
     ScopedPhase phase(timers, "handoff");
     handoff.run(HandoffPoint::Startup);
@@ -346,6 +359,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   while (step < last_step && !stopping) {
     ++step;
     set_log_step(step);
+    const auto step_start = std::chrono::steady_clock::now();
     MetricValues metrics;
     pool->reset_peaks();
     RolloutSummary rollout;
@@ -355,7 +369,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       ScopedPhase phase(timers, "rollout");
       phase_memory.begin();
       const auto start = std::chrono::steady_clock::now();
-      rollout = grpo.rollout(step, data_cursor);
+      const bool sampled_ahead = rollout_ranks_client && rollout_ranks_client->prefetched();
+      rollout = grpo.rollout(step, data_cursor, sampled_ahead ? 1 : 0);
       rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rollout_peak = phase_memory.end();
     }
@@ -372,6 +387,10 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       }
       break;
     }
+    // The next round's first prompt follows the ones this step drew (dynamic sampling's
+    // extra rounds included), as every trainer asks for it at the next step.
+    if (overlap && step < last_step && !checkpoint_scheduled(step))
+      rollout_ranks_client->prefetch(step + 1, static_cast<uint64_t>(data_cursor + rollout.prompts_drawn), prompts_per_step);
     HandoffReport to_train, to_rollout;
     {
       ScopedPhase phase(timers, "handoff");
@@ -392,13 +411,21 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     const bool non_finite = !std::isfinite(trained.grad_norm);
     const std::string non_finite_text = non_finite ? non_finite_report(comm, step, trained.grad_norm, trained.non_finite) : "";
     const bool stop_here = non_finite && on_non_finite == OnNonFinite::Stop;
-    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
-    stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
+    {
+      // Where the ranks wait for the slowest: under rollout.max-staleness = 1 the trainers wait
+      // here for the engines' round of the next step.
+      ScopedPhase phase(timers, "step_boundary");
+      if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
+      stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
+    }
     if (stopping) stop_reason = stop_point.reason();
+    if (stopping && rollout_ranks_client && rollout_ranks_client->prefetched()) {
+      rollout_ranks_client->discard();
+      if (root) TLOG(info) << "the stop drops the round the rollout ranks sampled ahead for step " << step + 1;
+    }
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
-    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps) ||
-        stop_here || stopping) {
+    if (checkpoint_scheduled(step) || stop_here || stopping) {
       state_msync_seconds = snapshot_checkpoint();
       checkpoint_pending = root;
     }
@@ -469,6 +496,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       measured[phase] = largest(measured[phase], peak);
     derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
+    metrics.push_back({"rollout/staleness", rollout.staleness});
     metrics.push_back({"skipped", non_finite ? 1.0 : 0.0});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
@@ -482,6 +510,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (trained.state_bytes_streamed)
       metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
+    metrics.push_back({"time/step", std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count()});
     if (root) {
       run_file->append_metrics(step, metrics);
       if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "io/run_file.h"
 #include "support.h"
@@ -30,12 +31,17 @@ std::string mpirun(int np, bool timeout = true) {
          " ";
 }
 
-// 2 trainers x 2 prompts of 2 samples, dynamic sampling (so some steps draw extra rounds).
-std::string run_args(const TempDir& dir, const std::string& name, int rollout_ranks) {
+// 2 prompts of 2 samples per trainer, dynamic sampling (so some steps draw extra rounds).
+std::string run_args(const TempDir& dir, const std::string& name, int rollout_ranks, int prompts = 2) {
   return "--world.device=cpu --world.threads=1 --run.output-dir=" + dir.path().string() + " --run.name=" + name +
-         " --run.steps=5 --sft.steps=2 --run.checkpoint-every=0 --task.prompts-per-step=2 --grpo.group-size=2"
-         " --grpo.dynamic-sampling=true --grpo.loss-aggregation=global-token-sum" +
+         " --run.steps=5 --sft.steps=2 --run.checkpoint-every=0 --task.prompts-per-step=" + std::to_string(prompts) +
+         " --grpo.group-size=2 --grpo.dynamic-sampling=true --grpo.loss-aggregation=global-token-sum" +
          (rollout_ranks > 0 ? " --sync.transport=broadcast --world.rollout-ranks=" + std::to_string(rollout_ranks) : "");
+}
+
+// Over-sampling: rounds of `per_prompt` times the batch's prompts.
+std::string over_sampling(int prompts, int per_prompt) {
+  return " --grpo.over-sampling-groups=" + std::to_string(prompts * per_prompt);
 }
 
 // `trainers` trainer ranks with 1, 2 or 4 rollout ranks against as many colocated ranks;
@@ -49,20 +55,21 @@ int process_of_rank(const std::vector<int>& processes, int rank) {
   return 0;
 }
 
-void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts) {
+void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>& engine_counts, const std::string& extra = "") {
   TempDir dir;
-  const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0));
+  const auto colocated = run_command(mpirun(trainers) + run_args(dir, "colocated", 0) + extra);
   ASSERT_EQ(colocated.exit_code, 0) << colocated.output;
   for (int engines : engine_counts) {
     SCOPED_TRACE(std::to_string(trainers) + " trainer ranks, " + std::to_string(engines) + " rollout ranks");
     const std::string name = "split" + std::to_string(engines);
-    const auto split = run_command(mpirun(trainers + engines) + run_args(dir, name, engines));
+    const auto split = run_command(mpirun(trainers + engines) + run_args(dir, name, engines) + extra);
     ASSERT_EQ(split.exit_code, 0) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), rollout"), std::string::npos) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), trainer"), std::string::npos) << split.output;
     tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / name);
     const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / name / kRunFileName);
-    for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "format_rate", "reward_std", "kl"})
+    for (const char* metric :
+         {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "format_rate", "reward_std", "kl"})
       EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
     const auto drawn = a.metric("sampling/drawn_groups");
     EXPECT_GT(*std::max_element(drawn.begin() + 2, drawn.end()), 2.0 * trainers);  // an extra round was drawn
@@ -95,6 +102,66 @@ TEST(CliRolloutRanks, TwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRa
 
 TEST(CliRolloutRanks, OneTrainerWithFourRolloutRanksReproducesOneRank) { expect_split_runs_reproduce_colocated(1, {4}); }
 
+// Rounds of three times the batch: a round ends once its first groups decide the batch,
+// and the step counts those alone, whether colocated ranks sampled the rest or the
+// rollout ranks aborted it.
+TEST(CliRolloutRanks, WithOverSamplingTwoTrainersWithOneOrTwoRolloutRanksReproduceTwoColocatedRanks) {
+  expect_split_runs_reproduce_colocated(2, {1, 2}, over_sampling(2, 3));
+}
+
+// Long generations: with 4096 token ids a random model rarely samples a stop id, so most
+// completions run to max-new-tokens; lr 1e-9 keeps the model so.
+const char* kLongGenerations = " --model.vocab=4096 --grpo.max-new-tokens=256 --sft.lr=1e-9";
+
+// Each rollout rank's count in trainer rank 0's line `prefix`rank R: N, rank R: N (T in
+// all); H left queued or running: every engine must have aborted some, none may hold
+// any; returns T.
+double expect_every_engine_aborted(const std::string& output, const std::string& prefix, int first_engine, int engines) {
+  const size_t at = output.find(prefix);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no line " << prefix << "\n" << output;
+    return 0;
+  }
+  std::istringstream counts(output.substr(at + prefix.size(), output.find('\n', at) - at - prefix.size()));
+  double total = 0;
+  for (int engine = 0; engine < engines; ++engine) {
+    std::string rank, number;
+    int64_t count = -1;
+    counts >> rank >> number >> count;
+    EXPECT_EQ(rank + " " + number, "rank " + std::to_string(first_engine + engine) + ":") << output;
+    EXPECT_GT(count, 0) << "rollout rank " << first_engine + engine << " aborted nothing\n" << output;
+    total += static_cast<double>(count);
+    counts.ignore(1);  // the comma
+  }
+  std::string rest;
+  std::getline(counts, rest);
+  EXPECT_NE(rest.find("in all); 0 left queued or running"), std::string::npos) << rest;
+  return total;
+}
+
+// One trainer, SFT steps (every group counts), a batch of one prompt per engine, rounds of
+// 16 per engine. The engines are sized for their share of the batch (one group runs at a
+// time), so when the first group of every engine is in, which decides the batch, each
+// engine still has its other 15 groups queued or running: every engine aborts its own.
+void expect_surplus_aborted_on_every_engine(int engines) {
+  TempDir dir;
+  const auto split = run_command(mpirun(1 + engines) + run_args(dir, "split", engines, engines) + over_sampling(engines, 16) +
+                                 kLongGenerations + " --run.steps=2");
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  const std::vector<double> aborted = RunFile::open(dir.path() / "split" / kRunFileName).metric("rollout/aborted_requests");
+  ASSERT_EQ(aborted.size(), 2u);
+  for (const int step : {1, 2}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::string line = "round of step " + std::to_string(step) + ": the first " + std::to_string(engines) + " of " +
+                             std::to_string(16 * engines) + " groups decide the batch; requests aborted per rollout rank: ";
+    EXPECT_EQ(aborted[step - 1], expect_every_engine_aborted(split.output, line, 1, engines));
+  }
+}
+
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnTheOneRolloutRank) { expect_surplus_aborted_on_every_engine(1); }
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnEachOfTwoRolloutRanks) { expect_surplus_aborted_on_every_engine(2); }
+TEST(CliRolloutRanks, OverSamplingAbortsTheSurplusOnEachOfFourRolloutRanks) { expect_surplus_aborted_on_every_engine(4); }
+
 // The engines hold no trainer state: a split run stopped after a job's steps resumes
 // from the trainers' checkpoint, the engines from the weights trainer rank 0 sends them.
 TEST(CliRolloutRanks, ASplitRunResumes) {
@@ -109,6 +176,33 @@ TEST(CliRolloutRanks, ASplitRunResumes) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
   tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "sliced");
+}
+
+// SIGTERM to a rollout rank while the engines generate step 2 (1 prompt each, completions
+// of up to 512 tokens): trainer rank 0 cuts the rollout on both engines, each aborts what
+// it runs, the job exits 0 with step 1's checkpoint, and a restart redoes step 2 with the
+// same seeds: the two jobs take the steps of one uninterrupted run.
+TEST(CliRolloutRanks, ASignalDuringARolloutAbortsItOnEveryRolloutRankAndTheRunResumesBitExact) {
+  TempDir dir;
+  const std::string args = " --run.steps=2 " + std::string(kLongGenerations) + " --grpo.max-new-tokens=512";
+  const auto whole = run_command(mpirun(3) + run_args(dir, "whole", 2) + args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  tandem::testing::BackgroundCommand job(mpirun(3, false) + run_args(dir, "cut", 2) + args, dir / "out");
+  ASSERT_TRUE(tandem::testing::wait_for_text(dir / "out", "] info: sft 1/2", 60)) << tandem::testing::read_text(dir / "out");
+  const int rollout_rank = process_of_rank(job.children(), 2);
+  ASSERT_GT(rollout_rank, 0);
+  kill(rollout_rank, SIGTERM);
+  const int code = job.wait();
+  const std::string output = tandem::testing::read_text(dir / "out");
+  ASSERT_EQ(code, 0) << output;
+  expect_every_engine_aborted(output, "the rollout of step 2 is cut (SIGTERM received on rollout rank 2); requests aborted per rollout rank: ", 1, 2);
+  EXPECT_NE(output.find("stopped at step 1 of 2: SIGTERM received on rollout rank 2 during the rollout of step 2"), std::string::npos)
+      << output;
+  EXPECT_EQ(RunFile::open(dir.path() / "cut" / kRunFileName).steps().size(), 1u);
+  const auto resumed = run_command(mpirun(3) + run_args(dir, "cut", 2) + args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  tandem::testing::expect_same_metrics(dir.path() / "whole", dir.path() / "cut");
 }
 
 TEST(CliRolloutRanks, ASignalToARolloutRankStopsEveryRankAtOneStep) {

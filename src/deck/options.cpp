@@ -78,6 +78,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
       {"grpo.dynamic-sampling", Bool, "false", "", "drop prompt groups whose rewards are all equal (zero advantage) and draw more prompts until the batch is full (DAPO)"},
       {"grpo.dynamic-sampling-rounds", Int, "4", "rounds", "most rounds of prompts-per-step prompts a step draws under dynamic sampling; short of a full batch after them, it tops up with flat groups and warns", at_least(1)},
+      {"grpo.over-sampling-groups", Int, "0", "prompts", "over-sampling under dynamic sampling: each round draws this many prompts per trainer rank (at least task.prompts-per-step) and ends as soon as its first groups in prompt order decide the batch; rollout ranks abort the requests of the rest, and the step counts and consumes only the groups up to the one that fills the batch; 0 = rounds of prompts-per-step prompts, drawn whole", at_least(0)},
 
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},

@@ -122,6 +122,23 @@ void rollout_ranks_use_a_transport_between_ranks(const Deck& deck) {
                       : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
 }
 
+// Over-sampling draws rounds larger than the batch for dynamic sampling to choose from.
+void over_sampling_serves_dynamic_sampling(const Deck& deck) {
+  const int64_t over = deck.get<int64_t>("grpo.over-sampling-groups");
+  if (over == 0) return;
+  if (!deck.get<bool>("grpo.dynamic-sampling"))
+    contradiction(deck, {"grpo.over-sampling-groups", "grpo.dynamic-sampling"},
+                  "grpo.over-sampling-groups draws extra prompts for dynamic sampling to choose from: set grpo.dynamic-sampling = true");
+  if (over < deck.get<int64_t>("task.prompts-per-step"))
+    contradiction(deck, {"grpo.over-sampling-groups", "task.prompts-per-step"},
+                  "a round of grpo.over-sampling-groups prompts per rank must hold the rank's batch of task.prompts-per-step");
+  // A round sampled ahead runs whole while the trainers train: nobody decides its batch.
+  if (deck.get<int64_t>("rollout.max-staleness") > 0)
+    contradiction(deck, {"grpo.over-sampling-groups", "rollout.max-staleness"},
+                  "a round with grpo.over-sampling-groups ends once trainer rank 0 decides its batch, which a round "
+                  "sampled ahead under rollout.max-staleness = 1 cannot: set one of them to 0");
+}
+
 // A colocated rank's device runs its engine or its trainer, one at a time: only rollout
 // ranks can sample while the trainers train.
 void staleness_needs_rollout_ranks(const Deck& deck) {
@@ -144,6 +161,7 @@ const std::vector<DeckRule>& tandem_rules() {
       group_size_gives_advantages,
       shard_optimizer_needs_alias_transport,
       rollout_ranks_use_a_transport_between_ranks,
+      over_sampling_serves_dynamic_sampling,
       staleness_needs_rollout_ranks,
   };
   return rules;

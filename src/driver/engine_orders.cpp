@@ -28,16 +28,19 @@ std::string error_reply(ExitCode code, const std::string& message) {
   return "E" + std::to_string(static_cast<int>(code)) + ":" + message;
 }
 
-namespace {
+std::string stop_reply(const std::string& why) { return "S" + why; }
 
-bool is_error(const std::string& reply) { return !reply.empty() && reply[0] == 'E'; }
+ReplyKind reply_kind(const std::string& reply) {
+  if (!reply.empty() && reply[0] == 'E') return ReplyKind::Error;
+  if (!reply.empty() && reply[0] == 'S') return ReplyKind::Stop;
+  return ReplyKind::Groups;
+}
 
-// Every error reply's message, and the first one's code.
 void throw_errors(const std::vector<std::string>& replies) {
   std::string errors;
   ExitCode code = kExitDone;
   for (const std::string& reply : replies) {
-    if (!is_error(reply)) continue;
+    if (reply_kind(reply) != ReplyKind::Error) continue;
     const size_t colon = reply.find(':');
     if (code == kExitDone) code = static_cast<ExitCode>(std::stoi(reply.substr(1, colon - 1)));
     errors += (errors.empty() ? "" : "; ") + reply.substr(colon + 1);
@@ -45,13 +48,11 @@ void throw_errors(const std::vector<std::string>& replies) {
   if (!errors.empty()) throw RanksFailedError(code, errors);
 }
 
-}  // namespace
-
 void fail_together_on_link(MPI_Comm link, const std::string& reply) {
   // Every gathering waits through the stall guard: a rank that stopped is named.
   int size = 1;
   MPI_Comm_size(link, &size);
-  const int failed = is_error(reply);
+  const int failed = reply_kind(reply) == ReplyKind::Error;
   std::vector<int> failures(size);
   all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of the rollout ranks' replies");
   if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
@@ -86,8 +87,12 @@ std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) 
   return groups;
 }
 
-std::vector<SampledGroup> read_reply(const std::string& reply) {
+std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped) {
   throw_errors({reply});
+  if (reply_kind(reply) == ReplyKind::Stop) {
+    stopped = reply.substr(1);
+    return {};
+  }
   return read_groups(std::string_view(reply).substr(1));
 }
 

@@ -5,11 +5,13 @@
 #include <utility>
 
 #include "driver/engine_orders.h"
+#include "driver/round_stream.h"
 #include "driver/rollout_from_deck.h"
 #include "driver/transport_from_deck.h"
 #include "tensor/memory_pool.h"
 #include "world/log.h"
 #include "world/stop_point.h"
+#include "world/stop_signals.h"
 
 namespace tandem {
 
@@ -42,6 +44,27 @@ struct RolloutRankEngine {
   std::unique_ptr<LocalGroupSampler> sampler;
 };
 
+// Samples this engine's share of a round, streaming each scored group to trainer rank 0,
+// until the share is done or trainer rank 0 ends the round; a stop signal received
+// meanwhile goes to trainer rank 0, which cuts the round on every engine.
+void serve_round(const EngineCommand& round, LocalGroupSampler& sampler, const Engine& engine, const Roles& roles,
+                 const std::string& name) {
+  EngineRound stream(roles.link());
+  int64_t aborted = 0;
+  try {
+    aborted = sampler.stream(
+        round.step, engine_share(round, roles.rank(), roles.engines()),
+        [&](SampledGroup&& group) { stream.send_group(group); },
+        [&] {
+          if (const int signal = stop_signal_received()) stream.send_stop(signal_name(signal) + " received on " + name);
+          return stream.ended();
+        });
+  } catch (const std::exception& e) {
+    stream.fail(exit_code_of(e), name + ": " + e.what());
+  }
+  stream.close(aborted, static_cast<int64_t>(engine.running() + engine.waiting()));  // an engine's error fails every rank
+}
+
 }  // namespace
 
 int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelConfig& model, const ParameterLayout& layout,
@@ -70,6 +93,7 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
           kept = error_reply(exit_code_of(e), name + ": " + e.what());
         }
         break;
+      case EngineOrder::StreamedRound: serve_round(command, *built->sampler, *built->engine, roles, name); break;
       case EngineOrder::Collect: gather_round(roles.link(), std::exchange(kept, {})); break;  // an error fails every rank
       case EngineOrder::Discard: kept.clear(); break;
       case EngineOrder::Sync: built->weights->sync(); break;

@@ -327,6 +327,24 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   PhaseMemory phase_memory(*pool);
   std::string last_checkpoint;
   bool stopping = false;
+  std::string stop_reason;
+  // Trainer rank 0 cuts a rollout on the rollout ranks for a stop signal or the time limit.
+  if (rollout_ranks_client) rollout_ranks_client->cut_rounds_when([&] { return stop_point.cut_reason(); });
+  int64_t checkpointed_step = step;  // the newest step whose state a checkpoint holds (a fresh start needs none)
+  // Collective: a checkpoint of the state after `step` (the trainer's state is on the
+  // device between train and the next handoff); returns the msync seconds of the state file.
+  auto snapshot_checkpoint = [&] {
+    ScopedPhase phase(timers, "checkpoint");
+    const auto checkpoint_start = std::chrono::steady_clock::now();
+    const double msync_seconds = state_file ? state_file->sync() : 0.0;
+    const auto states = all_gather_strings(comm, rng_state(rng));
+    checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
+    checkpointed_step = step;
+    // A stop must leave time for the writer to finish as well.
+    stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
+                                       checkpoint_writer.longest_background_write_seconds());
+    return msync_seconds;
+  };
   while (step < last_step && !stopping) {
     ++step;
     set_log_step(step);
@@ -344,6 +362,19 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       rollout = grpo.rollout(step, data_cursor, sampled_ahead ? 1 : 0);
       rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rollout_peak = phase_memory.end();
+    }
+    if (!rollout.stopped.empty()) {
+      // A stop cut the rollout on the rollout ranks: the step is void, and the job stops with
+      // the state before it, which a restart takes up by redoing the same rollout.
+      --step;
+      stopping = true;
+      stop_reason = rollout.stopped + " during the rollout of step " + std::to_string(step + 1);
+      handoff.run(HandoffPoint::AfterGenerate);
+      if (step > checkpointed_step) {
+        snapshot_checkpoint();
+        if (root) checkpoint_writer.publish();
+      }
+      break;
     }
     // The next round's first prompt follows the ones this step drew (dynamic sampling's
     // extra rounds included), as every trainer asks for it at the next step.
@@ -376,6 +407,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
       stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
     }
+    if (stopping) stop_reason = stop_point.reason();
     if (stopping && rollout_ranks_client && rollout_ranks_client->prefetched()) {
       rollout_ranks_client->discard();
       if (root) TLOG(info) << "the stop drops the round the rollout ranks sampled ahead for step " << step + 1;
@@ -383,42 +415,34 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
     if (checkpoint_scheduled(step) || stop_here || stopping) {
-      // The trainer's state is on the device between train and the next handoff.
-      ScopedPhase phase(timers, "checkpoint");
-      const auto checkpoint_start = std::chrono::steady_clock::now();
-      if (state_file) state_msync_seconds = state_file->sync();
-      const auto states = all_gather_strings(comm, rng_state(rng));
-      checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
+      state_msync_seconds = snapshot_checkpoint();
       checkpoint_pending = root;
-      // A stop must leave time for the writer to finish as well.
-      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
-                                         checkpoint_writer.longest_background_write_seconds());
     }
     {
       ScopedPhase phase(timers, "handoff");
       to_rollout = handoff.run(HandoffPoint::BeforeSync);
     }
     const MemoryStats stats = pool->stats();
+    double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
     {
-      // The rollout's and the loss's statistics over every rank's samples (each rank has the
-      // same number of them): means, a sum, a max.
-      double sums[] = {rollout.reward_mean, rollout.reward_square_mean, rollout.accuracy, rollout.format_rate,
-                       rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
-                       trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
+      // The rollout's statistics over every rank's counted samples (sums), the loss's over
+      // the ranks (each trains as many sequences): means, a sum, a max.
+      double sums[] = {rollout.reward_sum, rollout.reward_square_sum, rollout.correct_sum, rollout.format_sum,
+                       static_cast<double>(rollout.generated_tokens), static_cast<double>(rollout.drawn_samples),
+                       trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high, trained.metrics.ratio_mean,
                        trained.metrics.kl_mean, trained.metrics.entropy_mean};
       all_reduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm, "the reduction of metrics");
-      const double ranks = roles.size();
-      rollout.reward_mean = sums[0] / ranks;
-      const double samples = ranks * static_cast<double>(rollout.drawn_samples);
-      const double variance = std::max(0.0, sums[1] / ranks - rollout.reward_mean * rollout.reward_mean);
-      rollout.reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
-      rollout.accuracy = sums[2] / ranks;
-      rollout.format_rate = sums[3] / ranks;
-      rollout.response_length = sums[4] / ranks;
-      trained.metrics.clip_fraction_low = sums[5] / ranks;
-      trained.metrics.clip_fraction_high = sums[6] / ranks;
-      trained.metrics.ratio_mean = sums[7] / ranks;
-      rollout.generated_tokens = static_cast<int64_t>(sums[8]);
+      const double samples = sums[5], ranks = roles.size();
+      reward_mean = sums[0] / samples;
+      const double variance = std::max(0.0, sums[1] / samples - reward_mean * reward_mean);
+      reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
+      accuracy = sums[2] / samples;
+      format_rate = sums[3] / samples;
+      response_length = sums[4] / samples;
+      rollout.generated_tokens = static_cast<int64_t>(sums[4]);
+      trained.metrics.clip_fraction_low = sums[6] / ranks;
+      trained.metrics.clip_fraction_high = sums[7] / ranks;
+      trained.metrics.ratio_mean = sums[8] / ranks;
       trained.metrics.kl_mean = sums[9] / ranks;
       trained.metrics.entropy_mean = sums[10] / ranks;
       all_reduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm, "the reduction of metrics");
@@ -427,11 +451,11 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;
     const bool sft = grpo.is_sft(step);
     metrics.push_back({"phase_sft", sft ? 1.0 : 0.0});
-    metrics.push_back({"reward_mean", rollout.reward_mean});
-    metrics.push_back({"reward_std", rollout.reward_std});
-    metrics.push_back({"accuracy", rollout.accuracy});
-    metrics.push_back({"format_rate", rollout.format_rate});
-    metrics.push_back({"response_length", rollout.response_length});
+    metrics.push_back({"reward_mean", reward_mean});
+    metrics.push_back({"reward_std", reward_std});
+    metrics.push_back({"accuracy", accuracy});
+    metrics.push_back({"format_rate", format_rate});
+    metrics.push_back({"response_length", response_length});
     metrics.push_back({"loss", trained.loss});
     metrics.push_back({"grad_norm", trained.grad_norm});
     metrics.push_back({"clip_fraction_low", trained.metrics.clip_fraction_low});
@@ -485,8 +509,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       }
       if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder, report);
     }
-    TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
-               << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
+    TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(reward_mean, 3)
+               << " acc " << format_fixed(accuracy, 3) << " len " << format_fixed(response_length, 1)
                << " | loss " << format_fixed(trained.loss, 4) << " grad " << format_fixed(trained.grad_norm, 3)
                << " clip " << format_fixed(trained.metrics.clip_fraction_low + trained.metrics.clip_fraction_high, 3)
                << " | " << format_fixed(rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0, 0)
@@ -519,7 +543,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   // jobs/tandem.sbatch reads these lines in tandem.log: "stopped" means submit the next job.
   if (step < steps)
     TLOG(info) << "stopped at step " << step << " of " << steps << ": "
-               << (stopping ? stop_point.reason() : "run.steps-per-job = " + std::to_string(steps_per_job))
+               << (stopping ? stop_reason : "run.steps-per-job = " + std::to_string(steps_per_job))
                << "; a job with run.restart = auto resumes from " << last_checkpoint;
   TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << plan.comparison(measured, derived_not_copied)
              << "outputs:\n  log         " << (folder / "tandem.log").string()

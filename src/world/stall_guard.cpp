@@ -72,7 +72,7 @@ void stop_guarding(MPI_Comm comm) {
     }
 }
 
-void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm) {
+void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const std::function<void()>& between_tests) {
   enum { kCollective, kTokenOut, kTokenIn, kArrival };
   MPI_Request requests[4] = {request, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   Ring* ring = ring_of(comm);
@@ -90,6 +90,7 @@ void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm) {
     int done = 0;
     MPI_Testall(4, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
+    if (between_tests) between_tests();
     // Once every rank has arrived the bytes are moving, and MPI moves them only while it
     // is called: a large message sent in shared-memory fragments would wait up to a
     // sleep per fragment (a 2.4 GB all-reduce at MB/s). Until then a late rank is

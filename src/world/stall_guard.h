@@ -12,6 +12,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
+
 namespace tandem {
 
 // Collective over comm, the job's (duplicates it for the tokens): guards its collectives
@@ -23,8 +25,10 @@ void guard_collectives_on(MPI_Comm comm);
 void stop_guarding(MPI_Comm comm);
 
 // Waits for `request` (a non-blocking collective on every rank of comm: `what` names it
-// in the report). A communicator that is not guarded waits without tokens.
-void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm);
+// in the report). A communicator that is not guarded waits without tokens. `between_tests`
+// runs after each test that finds the request pending: work that must go on meanwhile,
+// such as receiving the messages the other ranks send before they join.
+void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const std::function<void()>& between_tests = {});
 
 // MPI_Allreduce and MPI_Allgather that wait through wait_for_ranks.
 void all_reduce(const void* send, void* receive, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* what);

@@ -66,6 +66,9 @@ void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>&
     ASSERT_EQ(split.exit_code, 0) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), rollout"), std::string::npos) << split.output;
     EXPECT_NE(split.output.find("cpu (1 threads), trainer"), std::string::npos) << split.output;
+    // The setup table describes the split: no KV cache or offload beside the trainers.
+    EXPECT_NE(split.output.find("each rollout rank: weights + KV cache"), std::string::npos) << split.output;
+    EXPECT_EQ(split.output.find("| offload"), std::string::npos) << split.output;
     tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / name);
     const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / name / kRunFileName);
     for (const char* metric :

@@ -106,13 +106,23 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
                   format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
                       (deck.get<bool>("run.checkpoint-async") ? " held from the first checkpoint on" : " during each checkpoint")});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
+  const std::string kv_cache = format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
+                               (deck.get<double>("rollout.kv-cache-fraction") > 0
+                                    ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
+                                    : "");
+  if (roles.split()) {
+    // Each side on its own GPUs: no engine beside a trainer, nothing handed off.
+    rows.push_back({"working copy", format_bytes(layout.slab_bytes(working_dtype))});
+    rows.push_back({"each rollout rank: weights + KV cache",
+                    format_bytes(layout.slab_bytes(working_dtype)) + " + " + kv_cache});
+    rows.push_back({"weight sync", deck.text("sync.transport") + ", from the " + std::to_string(roles.trainers()) +
+                                       " trainer ranks to the " + std::to_string(roles.engines()) + " rollout ranks"});
+    return format_box("tandem setup", rows);
+  }
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
                   format_bytes((alias ? 1.0 : 2.0) * layout.slab_bytes(working_dtype))});
-  rows.push_back({"KV cache", format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
-                                  (deck.get<double>("rollout.kv-cache-fraction") > 0
-                                       ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
-                                       : "")});
+  rows.push_back({"KV cache", kv_cache});
   rows.push_back({"offload", "train " + deck.text("memory.offload-train") + ", rollout " + deck.text("memory.offload-rollout") +
                                  " (" + deck.text("memory.offload-rollout-level") + "), peak on " +
                                  deck.text("memory.colocate-memory-peak-device")});

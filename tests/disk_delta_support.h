@@ -16,6 +16,8 @@
 namespace tandem::testing {
 
 inline constexpr int kDiskDeltaSteps = 3;
+// The first sync publishes version 1 (the trainer's weights at the start), each step one more.
+inline constexpr int kDiskDeltaNewestVersion = kDiskDeltaSteps + 1;
 
 // A tiny pretrained model and prompts in dir.
 inline ModelConfig write_disk_delta_inputs(const TempDir& dir) {
@@ -33,7 +35,7 @@ inline std::string disk_delta_run(const TempDir& dir, const std::string& name, c
          " --model.path=" + (dir / "model").string() + " --task.name=jsonl --task.path=" + (dir / "prompts.jsonl").string() +
          " --task.reward=last-number --task.prompts-per-step=" + std::to_string(ranks) +
          " --grpo.group-size=2 --grpo.max-new-tokens=4 --grpo.lr=1e-3 --sft.steps=0 --run.steps=" + std::to_string(kDiskDeltaSteps) +
-         " --run.checkpoint-every=" + std::to_string(kDiskDeltaSteps) + " " + extra + " 2>&1";
+         " --run.checkpoint-every=" + std::to_string(kDiskDeltaSteps) + " " + extra;
 }
 
 // The weights a published version decodes to: the baseline with every file of the index applied.
@@ -43,7 +45,10 @@ inline std::map<std::string, std::vector<std::byte>> decode_version(const std::f
   std::map<std::string, std::vector<std::byte>> weights;
   DeltaApplyTarget target;
   target.baseline = [&](const std::string& name, DType, const std::vector<int64_t>&) { return baseline.file_of(name)->bytes(name); };
-  target.apply = [&](const std::string& name, std::span<const std::byte> state) { weights[name].assign(state.begin(), state.end()); };
+  target.state = [&](const std::string& name) -> std::span<std::byte> {
+    weights[name].resize(baseline.file_of(name)->bytes(name).size());
+    return weights[name];
+  };
   std::set<std::string> files;
   for (const auto& [tensor, file] : index.weight_map) files.insert(file);
   for (const std::string& file : files) apply_delta_file(folder / file, index.encoding, target);

@@ -1,7 +1,7 @@
-// disk-delta on a GPU in BF16: the trainer side rounds the FP32 master weights to BF16 on
-// the host, and the copy transport rounds them on the device. The two must agree bit for
-// bit, so a disk-delta run's metrics equal a copy run's, and the newest version decodes
-// to the BF16 rounding of the final master weights.
+// disk-delta on a GPU in BF16: its baseline (the initial weights) is rounded to BF16 on
+// the host, its versions and the copy transport's weights on the device. The roundings
+// must agree bit for bit, so a disk-delta run's metrics equal a copy run's, and the newest
+// version decodes to the BF16 rounding of the final master weights.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -56,7 +56,7 @@ TEST(GpuDiskDelta, Bf16RunMatchesCopyAndDecodesToTheMasterWeights) {
   }
   write_safetensors(rounded / kSafetensorsSingleName, tensors);
   const SafetensorsCheckpoint baseline(rounded.path());
-  const auto decoded = decode_version(delta_version_folder(dir / "disk-delta" / "weights", kDiskDeltaSteps), baseline);
+  const auto decoded = decode_version(delta_version_folder(dir / "disk-delta" / "weights", kDiskDeltaNewestVersion), baseline);
   const Checkpoint checkpoint = Checkpoint::open(dir / "disk-delta" / checkpoint_file_name(kDiskDeltaSteps));
   for (const auto& [tensor, state] : decoded) {
     const auto& shape = model.file_of(tensor)->entry(tensor).shape;

@@ -248,6 +248,14 @@ TEST(DeckRules, HeadsDivisibleByKvHeads) {
   EXPECT_NO_THROW(Deck::load_text("[model]\nheads = 8\nkv-heads = 8\n", "t", {}));
 }
 
+TEST(DeckRules, OverSamplingServesDynamicSamplingWithRoundsThatHoldTheBatch) {
+  expect_error(text_error("[grpo]\nover-sampling-groups = 32\n"), "test.deck", 2, "grpo.over-sampling-groups",
+               {"set grpo.dynamic-sampling = true", "grpo.dynamic-sampling = false (default)"});
+  expect_error(text_error("[grpo]\ndynamic-sampling = true\nover-sampling-groups = 8\n"), "test.deck", 3,
+               "grpo.over-sampling-groups", {"must hold the rank's batch", "task.prompts-per-step = 16 (default)"});
+  EXPECT_NO_THROW(Deck::load_text("[grpo]\ndynamic-sampling = true\nover-sampling-groups = 16\n", "t", {}));
+}
+
 TEST(DeckRules, RestartIsAutoNeverOrAnExistingCheckpoint) {
   TempDir dir;
   const std::string checkpoint = (dir / "step-000010.h5").string();

@@ -67,7 +67,11 @@ std::map<std::string, std::vector<std::byte>> apply(const fs::path& path, DeltaE
       if (w.names[i] == name) return from[i];
     throw std::runtime_error("no " + name);
   };
-  target.apply = [&](const std::string& name, std::span<const std::byte> state) { states[name].assign(state.begin(), state.end()); };
+  target.state = [&](const std::string& name) -> std::span<std::byte> {
+    for (size_t i = 0; i < w.names.size(); ++i)
+      if (w.names[i] == name) states[name].resize(from[i].size());
+    return states[name];
+  };
   apply_delta_file(path, encoding, target);
   return states;
 }

@@ -88,6 +88,22 @@ TEST(DynamicSampling, DropsFlatGroupsAndOverSamplesUntilTheBatchIsFull) {
   EXPECT_EQ(sampling.groups_to_sample(), 0);
 }
 
+// The decision of a round with over-sampling: through the group that fills the batch, and
+// only from complete leading groups (a prefix of the round's rewards).
+TEST(DynamicSampling, TheLeadingGroupsThatFillTheBatchDecideIt) {
+  DynamicSampling sampling({.batch_groups = 3, .group_size = 2, .over_sampling_groups = 8});
+  EXPECT_EQ(sampling.offer(std::vector<double>{0, 1}), (std::vector<int64_t>{0}));
+  const BatchDecision spread = sampling.next_decision(true);
+  EXPECT_EQ(spread.needed, 2);
+  const std::vector<double> round = {1, 1, 0, 1, 0, 0, 1, 0, 0, 1};  // spread at 1, 3, 4
+  EXPECT_EQ(spread.decided_by(round), 4);
+  EXPECT_EQ(spread.decided_by(std::span(round).first(6)), 0);  // groups 0-2: one spread, undecided
+  EXPECT_EQ(spread.decided_by(std::span(round).first(8)), 4);
+  const BatchDecision any = sampling.next_decision(false);  // SFT steps: every group counts
+  EXPECT_EQ(any.decided_by(round), 2);
+  EXPECT_EQ(BatchDecision{}.decided_by(round), 0);  // no over-sampling: never decided early
+}
+
 TEST(DynamicSampling, AskForTheMissingGroupsWhenThatIsMoreThanTheOverSampling) {
   DynamicSampling sampling({.batch_groups = 10, .group_size = 2, .over_sampling_groups = 4});
   EXPECT_EQ(sampling.groups_to_sample(), 10);

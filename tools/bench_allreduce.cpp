@@ -1,8 +1,8 @@
 // bench_allreduce: the gradient all-reduce of data-parallel training (FP32 sums through
-// the job's Communicator: NCCL between GPUs), against the link it runs over, and ZeRO-1's
-// reduce-scatter of the gradients and all-gather of the BF16 weights.
+// the job's Communicator: NCCL between GPUs, MPI on the CPU backend), against the link it
+// runs over, and ZeRO-1's reduce-scatter of the gradients and all-gather of the BF16 weights.
 //
-//   mpirun -np 2 bench_allreduce [--max-mib 2400] [--repeat 10]
+//   mpirun -np 2 bench_allreduce [--device cuda|cpu] [--max-mib 2400] [--repeat 10]
 //
 // Prints, per collective and message size (the whole buffer), the time per call, the
 // algorithm bandwidth (bytes / time) and the bus bandwidth (what nccl-tests reports: the
@@ -23,15 +23,19 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
+#include "world/stall_guard.h"
+#include "world/world.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
-
-#include "bench_args.h"
-#include "world/world.h"
+#endif
 
 using namespace tandem;
 
 namespace {
+
+#ifdef TANDEM_HAVE_CUDA
 
 // GPU 0 -> GPU 1 over peer access, GB/s; 0 when this process does not see two GPUs.
 double peer_copy_gb_per_s(size_t bytes) {
@@ -58,6 +62,21 @@ double peer_copy_gb_per_s(size_t bytes) {
   return static_cast<double>(bytes) / seconds / 1e9;
 }
 
+// The benchmark's buffer, on the device the communicator reduces on.
+float* allocate(Device device, size_t bytes) {
+  if (device == Device::CPU) return static_cast<float*>(std::calloc(bytes, 1));
+  float* data = nullptr;
+  cudaMalloc(&data, bytes);
+  cudaMemset(data, 0, bytes);
+  return data;
+}
+void release(Device device, float* data) { device == Device::CPU ? std::free(data) : void(cudaFree(data)); }
+#else
+double peer_copy_gb_per_s(size_t) { return 0; }
+float* allocate(Device, size_t bytes) { return static_cast<float*>(std::calloc(bytes, 1)); }
+void release(Device, float* data) { std::free(data); }
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,9 +85,11 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const size_t max_bytes = static_cast<size_t>(arg_int(argc, argv, "--max-mib", 2400)) << 20;
   const int repeat = arg_int(argc, argv, "--repeat", 10);
-  const double ceiling = rank == 0 ? peer_copy_gb_per_s(size_t{1} << 30) : 0;
+  const std::string device = arg_text(argc, argv, "--device", "cuda");
+  const double ceiling = rank == 0 && device == "cuda" ? peer_copy_gb_per_s(size_t{1} << 30) : 0;
   {
-    auto world = World::create(MPI_COMM_WORLD, WorldOptions{"cuda", 0});
+    auto world = World::create(MPI_COMM_WORLD, WorldOptions{device, 1});
+    set_stall_timeout(MPI_COMM_WORLD, 0);  // the MPI collectives wait as a job's do
     const int n = world->size();
     if (rank == 0) {
       for (const RankPlacement& p : world->placements())
@@ -77,9 +98,7 @@ int main(int argc, char** argv) {
         std::printf("GPU 0 -> GPU 1 copy: %.1f GB/s (the link ceiling)\n", ceiling);
       std::printf("%16s %12s %12s %12s %12s\n", "collective", "bytes", "ms", "algbw GB/s", "busbw GB/s");
     }
-    float* data = nullptr;
-    cudaMalloc(&data, max_bytes);
-    cudaMemset(data, 0, max_bytes);
+    float* data = allocate(world->device(), max_bytes);
     Communicator& comm = world->communicator();
     std::vector<size_t> sizes;
     for (size_t bytes = size_t{1} << 20; bytes < max_bytes; bytes *= 4) sizes.push_back(bytes);
@@ -112,14 +131,8 @@ int main(int argc, char** argv) {
         if (rank == 0)
           std::printf("%16s %12zu %12.3f %12.1f %12.1f\n", collective, bytes, seconds * 1e3, algbw, algbw * bus);
       }
-    cudaFree(data);
+    release(world->device(), data);
   }
   MPI_Finalize();
   return 0;
 }
-#else
-int main() {
-  std::fprintf(stderr, "bench_allreduce: this build has no CUDA backend\n");
-  return 1;
-}
-#endif

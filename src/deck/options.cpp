@@ -38,9 +38,9 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.pinned-host-cache", Bool, "true", "", "keep pinned host buffers between offloads instead of freeing them"},
 
       {"memory.host-limit", Bytes, "0", "bytes", "host memory a rank may use; 0 = the cgroup's memory.max, else MemTotal. A predicted host peak above it stops the job at start-up", {}},
-      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach the engines: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = compressed, checksummed deltas against a baseline through sync.path (colocated ranks); broadcast = trainer rank 0 broadcasts the working-dtype weights to the rollout ranks (world.rollout-ranks > 0)", {}, {"alias", "copy", "disk-delta", "broadcast"}},
+      {"sync.transport", Choice, "alias", "", "how the trainer's weights reach the engines: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = the trainer ranks write compressed, checksummed deltas against a baseline to the shared folder sync.path and the engines (colocated, or on rollout ranks) read them; broadcast = trainer rank 0 broadcasts the working-dtype weights to the rollout ranks (world.rollout-ranks > 0). Colocated ranks take alias, copy or disk-delta; rollout ranks broadcast or disk-delta", {}, {"alias", "copy", "disk-delta", "broadcast"}},
       {"sync.path", Path, "", "", "disk-delta: the folder every rank sees that holds the versions (weight_v000001/ ...); empty = <run folder>/weights"},
-      {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from and the deltas are against; empty = the engines' first weights"},
+      {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from and the deltas are against, loaded by the trainers and the engines; empty = the run's initial weights (model.path or the seeded random model) in the working dtype"},
       {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = baseline ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
       {"sync.compression-level", Int, "1", "", "disk-delta: zstd level of the deltas", between(1, 22)},
       {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted", at_least(1)},
@@ -50,6 +50,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
       {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},
+      {"rollout.max-staleness", Int, "0", "steps", "how old the policy that samples a step's first round may be: 0 = the weights the step trains; 1 = the engines sample step k+1 with the weights of step k-1 while the trainers train step k (needs world.rollout-ranks > 0). The importance ratio against the rollout log-probs corrects for the older policy. A scheduled checkpoint's step orders nothing ahead, so a restart from it is bit-exact; a stop drops the round ordered ahead, and the resumed job samples it afresh", between(0, 1)},
 
       {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on; jsonl = prompts from task.path (needs model.path's tokenizer)", {}, {"arithmetic", "countdown", "jsonl"}},
       {"task.path", Path, "", "", "JSONL prompt file of task.name = jsonl: one {\"prompt\": ..., \"answer\": ...} object a line, read in an order shuffled by run.seed"},
@@ -65,7 +66,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.group-size", Int, "8", "samples", "completions sampled per prompt (G)", at_least(1)},
       {"grpo.max-new-tokens", Int, "4", "tokens", "longest completion", at_least(1)},
       {"grpo.temperature", Double, "1.0", "", "sampling temperature; log-probs are taken at the same temperature", above(0)},
-      {"grpo.lr", Double, "2e-3", "", "peak learning rate of the RL phase", above(0)},
+      {"grpo.lr", Double, "2e-3", "", "peak learning rate of the RL phase; 0 = the policy samples and is scored but never changes", at_least(0)},
       {"grpo.warmup-steps", Int, "2", "steps", "linear learning-rate warm-up of the RL phase", at_least(0)},
       {"grpo.eps-low", Double, "0.2", "", "lower clip of the importance ratio: 1 - eps-low", at_least(0)},
       {"grpo.eps-high", Double, "0.28", "", "upper clip of the importance ratio: 1 + eps-high", at_least(0)},
@@ -77,6 +78,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"grpo.max-grad-norm", Double, "1.0", "", "gradient-norm clipping; 0 = off", at_least(0)},
       {"grpo.dynamic-sampling", Bool, "false", "", "drop prompt groups whose rewards are all equal (zero advantage) and draw more prompts until the batch is full (DAPO)"},
       {"grpo.dynamic-sampling-rounds", Int, "4", "rounds", "most rounds of prompts-per-step prompts a step draws under dynamic sampling; short of a full batch after them, it tops up with flat groups and warns", at_least(1)},
+      {"grpo.over-sampling-groups", Int, "0", "prompts", "over-sampling under dynamic sampling: each round draws this many prompts per trainer rank (at least task.prompts-per-step) and ends as soon as its first groups in prompt order decide the batch; rollout ranks abort the requests of the rest, and the step counts and consumes only the groups up to the one that fills the batch; 0 = rounds of prompts-per-step prompts, drawn whole", at_least(0)},
 
       {"sft.steps", Int, "0", "steps", "supervised warm-up steps on generated solutions before the RL phase", at_least(0)},
       {"sft.lr", Double, "3e-3", "", "learning rate of the supervised warm-up", above(0)},

@@ -109,16 +109,43 @@ void shard_optimizer_needs_alias_transport(const Deck& deck) {
                 "working copy; copy and disk-delta convert from whole master weights, which no rank holds)");
 }
 
-// Engines on rollout ranks have no trainer in their process to alias or copy from, and the
-// disk-delta transport serves colocated ranks only so far: rollout ranks take broadcast,
-// which in turn needs ranks to broadcast to. (world.rollout-ranks against the number of
-// ranks is checked at start-up, where the ranks are known.)
-void rollout_ranks_use_the_broadcast_transport(const Deck& deck) {
+// Engines on rollout ranks have no trainer in their process to alias or copy from: they
+// take the weights by broadcast or through disk deltas, and broadcast in turn needs ranks
+// to broadcast to. (world.rollout-ranks against the number of ranks is checked at
+// start-up, where the ranks are known.)
+void rollout_ranks_use_a_transport_between_ranks(const Deck& deck) {
   const bool split = deck.get<int64_t>("world.rollout-ranks") > 0;
-  if (split == (deck.get<std::string>("sync.transport") == "broadcast")) return;
+  const std::string transport = deck.get<std::string>("sync.transport");
+  if (split ? transport == "broadcast" || transport == "disk-delta" : transport != "broadcast") return;
   contradiction(deck, {"world.rollout-ranks", "sync.transport"},
-                split ? "rollout ranks get their weights by sync.transport = broadcast"
+                split ? "rollout ranks get their weights by sync.transport = broadcast or disk-delta"
                       : "sync.transport = broadcast sends the weights to rollout ranks: set world.rollout-ranks > 0");
+}
+
+// Over-sampling draws rounds larger than the batch for dynamic sampling to choose from.
+void over_sampling_serves_dynamic_sampling(const Deck& deck) {
+  const int64_t over = deck.get<int64_t>("grpo.over-sampling-groups");
+  if (over == 0) return;
+  if (!deck.get<bool>("grpo.dynamic-sampling"))
+    contradiction(deck, {"grpo.over-sampling-groups", "grpo.dynamic-sampling"},
+                  "grpo.over-sampling-groups draws extra prompts for dynamic sampling to choose from: set grpo.dynamic-sampling = true");
+  if (over < deck.get<int64_t>("task.prompts-per-step"))
+    contradiction(deck, {"grpo.over-sampling-groups", "task.prompts-per-step"},
+                  "a round of grpo.over-sampling-groups prompts per rank must hold the rank's batch of task.prompts-per-step");
+  // A round sampled ahead runs whole while the trainers train: nobody decides its batch.
+  if (deck.get<int64_t>("rollout.max-staleness") > 0)
+    contradiction(deck, {"grpo.over-sampling-groups", "rollout.max-staleness"},
+                  "a round with grpo.over-sampling-groups ends once trainer rank 0 decides its batch, which a round "
+                  "sampled ahead under rollout.max-staleness = 1 cannot: set one of them to 0");
+}
+
+// A colocated rank's device runs its engine or its trainer, one at a time: only rollout
+// ranks can sample while the trainers train.
+void staleness_needs_rollout_ranks(const Deck& deck) {
+  if (deck.get<int64_t>("rollout.max-staleness") == 0 || deck.get<int64_t>("world.rollout-ranks") > 0) return;
+  contradiction(deck, {"rollout.max-staleness", "world.rollout-ranks"},
+                "rollout.max-staleness = 1 samples the next step on rollout ranks while the trainers train: set "
+                "world.rollout-ranks > 0 (a colocated rank runs its engine and its trainer one at a time)");
 }
 
 }  // namespace
@@ -133,7 +160,9 @@ const std::vector<DeckRule>& tandem_rules() {
       run_name_is_a_plain_name,
       group_size_gives_advantages,
       shard_optimizer_needs_alias_transport,
-      rollout_ranks_use_the_broadcast_transport,
+      rollout_ranks_use_a_transport_between_ranks,
+      over_sampling_serves_dynamic_sampling,
+      staleness_needs_rollout_ranks,
   };
   return rules;
 }

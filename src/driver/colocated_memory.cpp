@@ -36,8 +36,7 @@ ColocatedMemory::ColocatedMemory(MemoryPool& pool, const ParameterLayout& layout
   else if (settings.transport == TransportKind::Copy)
     transport_ = std::make_unique<CopyTransport>(pool, layout, master_, working_dtype_);
   else if (settings.transport == TransportKind::DiskDelta)
-    transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype_, settings.disk_delta,
-                                                      settings.comm);
+    transport_ = std::make_unique<DiskDeltaTransport>(pool, layout, master_, working_dtype_, settings.disk_delta);
   else {
     const Tensor source = working();
     transport_ = std::make_unique<BroadcastTransport>(pool, layout, working_dtype_, settings.broadcast, &source);

@@ -30,9 +30,8 @@ struct ColocatedMemorySettings {
   // rather than offloaded).
   float* optimizer_state = nullptr;
   size_t state_slot_bytes = 0;
-  // The disk-delta transport's only (collective over comm).
+  // The disk-delta transport's only (collective over disk_delta.comm).
   DiskDeltaSettings disk_delta;
-  MPI_Comm comm = MPI_COMM_SELF;
   // The broadcast transport of a trainer rank (the engines are on rollout ranks).
   BroadcastSettings broadcast;
   // ZeRO-1: the part of the master weights and optimizer state this rank holds (with the

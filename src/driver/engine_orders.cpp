@@ -28,16 +28,19 @@ std::string error_reply(ExitCode code, const std::string& message) {
   return "E" + std::to_string(static_cast<int>(code)) + ":" + message;
 }
 
-namespace {
+std::string stop_reply(const std::string& why) { return "S" + why; }
 
-bool is_error(const std::string& reply) { return !reply.empty() && reply[0] == 'E'; }
+ReplyKind reply_kind(const std::string& reply) {
+  if (!reply.empty() && reply[0] == 'E') return ReplyKind::Error;
+  if (!reply.empty() && reply[0] == 'S') return ReplyKind::Stop;
+  return ReplyKind::Groups;
+}
 
-// Every error reply's message, and the first one's code.
 void throw_errors(const std::vector<std::string>& replies) {
   std::string errors;
   ExitCode code = kExitDone;
   for (const std::string& reply : replies) {
-    if (!is_error(reply)) continue;
+    if (reply_kind(reply) != ReplyKind::Error) continue;
     const size_t colon = reply.find(':');
     if (code == kExitDone) code = static_cast<ExitCode>(std::stoi(reply.substr(1, colon - 1)));
     errors += (errors.empty() ? "" : "; ") + reply.substr(colon + 1);
@@ -45,29 +48,36 @@ void throw_errors(const std::vector<std::string>& replies) {
   if (!errors.empty()) throw RanksFailedError(code, errors);
 }
 
-}  // namespace
+void fail_together_on_link(MPI_Comm link, const std::string& reply) {
+  // Every gathering waits through the stall guard: a rank that stopped is named.
+  int size = 1;
+  MPI_Comm_size(link, &size);
+  const int failed = reply_kind(reply) == ReplyKind::Error;
+  std::vector<int> failures(size);
+  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of the rollout ranks' replies");
+  if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
+}
 
 std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
   // The errors first, to every rank, so they all fail together; then the groups to rank 0.
-  // The first gathering waits through the stall guard: a rank that stopped is named.
+  fail_together_on_link(link, reply);
   int rank = 0, size = 1;
   MPI_Comm_rank(link, &rank);
   MPI_Comm_size(link, &size);
-  const int failed = is_error(reply);
-  std::vector<int> failures(size);
-  all_gather(&failed, 1, MPI_INT, failures.data(), link, "the gathering of a round's groups");
-  if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
   const std::string bytes = reply.empty() ? std::string() : reply.substr(1);
   int length = static_cast<int>(bytes.size());
   std::vector<int> lengths(size), offsets(size);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, link);
+  MPI_Request request;
+  MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
   int total = 0;
   for (int r = 0; r < size; ++r) {
     offsets[r] = total;
     total += lengths[r];
   }
   std::string all(rank == 0 ? total : 0, '\0');
-  MPI_Gatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link);
+  MPI_Igatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
   std::vector<SampledGroup> groups;
   if (rank != 0) return groups;
   for (int r = 1; r < size; ++r) {
@@ -77,8 +87,12 @@ std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) 
   return groups;
 }
 
-std::vector<SampledGroup> read_reply(const std::string& reply) {
+std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped) {
   throw_errors({reply});
+  if (reply_kind(reply) == ReplyKind::Stop) {
+    stopped = reply.substr(1);
+    return {};
+  }
   return read_groups(std::string_view(reply).substr(1));
 }
 

@@ -2,6 +2,11 @@
 // they answer. A rollout rank waits for nothing but the next order, and every collective
 // it joins follows one, so wherever the trainers end (done, stopped or failed) the
 // engines hear of it instead of waiting in a collective the trainers never reach.
+//
+// A round is two orders: Round samples it and each engine keeps its groups, Collect
+// gathers them to trainer rank 0. Under rollout.max-staleness = 1 other orders come in
+// between (the step boundary, the weight sync): the engines sample the next step's round
+// while the trainers train, and no collective of theirs waits on the sampling.
 #pragma once
 #include <mpi.h>
 
@@ -15,8 +20,12 @@
 namespace tandem {
 
 enum class EngineOrder : int64_t {
-  Round,           // sample the prompts [first, first + count) of `step`, each engine its share
-  Sync,            // receive the weights (the broadcast transport)
+  ReportStartUp,   // whether this engine started: an engine's start-up error fails every rank together
+  Round,           // sample the prompts [first, first + count) of `step`, each engine its share, and keep them
+  StreamedRound,   // sample them, each engine its share, sending each group as it is scored (round_stream.h)
+  Collect,         // send the kept round's groups (gather_round)
+  Discard,         // drop the kept round (a stop after a prefetched round)
+  Sync,            // receive the weights (the broadcast or disk-delta transport)
   StartStopPoint,  // construct the job's StopPoint (collective over every rank)
   StepBoundary,    // join StopPoint::agree
   Finish,          // the trainers are done: leave
@@ -38,18 +47,30 @@ EngineCommand broadcast_command(MPI_Comm link, const EngineCommand& command);
 // samples: every engines-th one.
 std::vector<uint64_t> engine_share(const EngineCommand& round, int engine, int engines);
 
-// A rollout rank's answer to a round: its groups, or the error that stopped it.
+// What travels about a round (round_stream.h, remote_rollout.h): groups, the error that
+// failed it, or the stop that cut it.
 std::string groups_reply(const std::vector<SampledGroup>& groups);
 std::string error_reply(ExitCode code, const std::string& message);
+std::string stop_reply(const std::string& why);
+enum class ReplyKind { Groups, Error, Stop };
+ReplyKind reply_kind(const std::string& reply);
+
+// Throws RanksFailedError with every error reply's message and the first one's code; does
+// nothing when there is none.
+void throw_errors(const std::vector<std::string>& replies);
 
 // Collective over the link: every rollout rank's reply (trainer rank 0 passes ""). Any
 // error reply fails every rank of the link together (RanksFailedError with each error,
-// which names its rank); else trainer rank 0 returns every engine's groups (in engine
-// order) and the engines return none: the groups travel to trainer rank 0 alone.
+// which names its rank).
+void fail_together_on_link(MPI_Comm link, const std::string& reply);
+
+// Collective over the link: fail_together_on_link, then trainer rank 0 returns every
+// engine's groups (in engine order) and the engines return none: the groups travel to
+// trainer rank 0 alone.
 std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
 
-// Trainer rank 0 hands the round on to the other trainers as one reply (error_reply when
-// the round failed); read_reply turns it back into groups, or throws that error.
-std::vector<SampledGroup> read_reply(const std::string& reply);
+// The groups of a groups reply; throws the error of an error reply; a stop reply's reason
+// goes to `stopped`, with no groups.
+std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped);
 
 }  // namespace tandem

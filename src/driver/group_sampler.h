@@ -7,6 +7,8 @@
 // the engine that runs them: the same prompts get the same samples wherever they run.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "driver/sampled_group.h"
@@ -14,14 +16,26 @@
 #include "rollout/request.h"
 #include "tasks/prompt_format.h"
 #include "tasks/task.h"
+#include "train/dynamic_sampling.h"
 
 namespace tandem {
+
+// What a rank gets of one round.
+struct RoundGroups {
+  // Its groups, in prompt order: all it asked for, or, when the round ended early, those
+  // before the groups that decide the batch (the rest were not all sampled).
+  std::vector<SampledGroup> groups;
+  int64_t aborted_requests = 0;  // over every engine
+  std::string stopped;           // not empty: a stop cut the round (why), and `groups` is void
+};
 
 class GroupSource {
  public:
   virtual ~GroupSource() = default;
-  // The groups of global prompt indices [first, first + count) at `step`, in prompt order.
-  virtual std::vector<SampledGroup> sample(int64_t step, uint64_t first, int64_t count) = 0;
+  // This rank's groups of global prompt indices [first, first + count) at `step`, in
+  // prompt order, out of a round that every rank asks for at once (each its slice). The
+  // round may end as soon as its leading groups decide the batch (`decision`).
+  virtual RoundGroups sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) = 0;
 };
 
 struct GroupSamplingSettings {
@@ -35,9 +49,16 @@ class LocalGroupSampler final : public GroupSource {
   // All three must outlive the sampler.
   LocalGroupSampler(Engine& engine, const Task& task, const PromptFormat& format, const GroupSamplingSettings& settings);
 
-  std::vector<SampledGroup> sample(int64_t step, uint64_t first, int64_t count) override;
+  // The whole slice: one rank's engine cannot end a round that other ranks share.
+  RoundGroups sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) override;
   // The groups of any prompt indices, in their order, generated in one batch.
   std::vector<SampledGroup> sample_prompts(int64_t step, const std::vector<uint64_t>& indices);
+  // Generates the groups of any prompt indices in one batch and hands each to `scored` as
+  // soon as its G completions are scored (in the order they finish). Between engine steps
+  // it asks `abort_now`; once that says yes it ends every request still queued or running
+  // (Engine::abort) and returns how many; else 0. An error aborts them too, then throws.
+  int64_t stream(int64_t step, const std::vector<uint64_t>& indices, const std::function<void(SampledGroup&&)>& scored,
+                 const std::function<bool()>& abort_now);
 
  private:
   Engine& engine_;

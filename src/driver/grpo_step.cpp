@@ -37,6 +37,7 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
       rl_steps_(std::max<int64_t>(1, deck.get<int64_t>("run.steps") - deck.get<int64_t>("sft.steps"))),
       dynamic_sampling_(deck.get<bool>("grpo.dynamic-sampling")),
       dynamic_sampling_rounds_(deck.get<int64_t>("grpo.dynamic-sampling-rounds")),
+      over_sampling_groups_(deck.get<int64_t>("grpo.over-sampling-groups")),
       rank_(rank),
       world_size_(world_size),
       comm_(comm),
@@ -109,21 +110,18 @@ GrpoStep::~GrpoStep() {
   if (reference_) pool_.release(reference_);
 }
 
-std::vector<SampledGroup> GrpoStep::draw(int64_t step, uint64_t first, RolloutSummary& summary) {
-  std::vector<SampledGroup> groups = source_->sample(step, first, prompts_per_step_);
+void GrpoStep::count_samples(const std::vector<SampledGroup>& groups, RolloutSummary& summary) const {
   for (const SampledGroup& group : groups)
     for (const SampledGroup::Sample& sample : group.samples) {
-      summary.reward_mean += sample.reward;
-      summary.reward_square_mean += sample.reward * sample.reward;
-      summary.accuracy += sample.correct;
-      summary.format_rate += sample.format;
-      summary.response_length += static_cast<double>(sample.tokens.size());
+      summary.reward_sum += sample.reward;
+      summary.reward_square_sum += sample.reward * sample.reward;
+      summary.correct_sum += sample.correct;
+      summary.format_sum += sample.format;
       summary.generated_tokens += static_cast<int64_t>(sample.tokens.size());
       ++summary.drawn_samples;
       if (summary.example.empty())
         summary.example = task_->sample(group.prompt_index).text + sample.text + (sample.correct ? "  (right)" : "  (wrong)");
     }
-  return groups;
 }
 
 std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>& round) const {
@@ -132,32 +130,60 @@ std::vector<double> GrpoStep::all_gather_rewards(const std::vector<SampledGroup>
     const std::vector<double> rewards = group.rewards();
     mine.insert(mine.end(), rewards.begin(), rewards.end());
   }
-  std::vector<double> all(mine.size() * static_cast<size_t>(world_size_));
+  // A round that ended early leaves the ranks unequal counts.
   const int count = static_cast<int>(mine.size());
-  all_gather(mine.data(), count, MPI_DOUBLE, all.data(), comm_, "the gathering of rewards");
+  std::vector<int> counts(world_size_), offsets(world_size_);
+  all_gather(&count, 1, MPI_INT, counts.data(), comm_, "the gathering of rewards");
+  int total = 0;
+  for (int r = 0; r < world_size_; ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  std::vector<double> all(total);
+  MPI_Request request;
+  MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, comm_, &request);
+  wait_for_ranks(request, "the gathering of rewards", comm_);
   return all;
 }
 
-RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
+RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_age) {
   RolloutSummary summary;
   const int64_t batch = world_size_ * prompts_per_step_;  // groups a step trains on, over all ranks
   const bool filter = dynamic_sampling_ && !is_sft(step);
+  const int64_t slice = over_sampling_groups_ > 0 ? over_sampling_groups_ : prompts_per_step_;  // per rank and round
+  const int64_t round_groups = world_size_ * slice;
   // Every round offers its groups, so the flat ones are counted with or without the filter.
-  DynamicSampling sampling({.batch_groups = batch, .group_size = group_size_, .over_sampling_groups = batch,
+  DynamicSampling sampling({.batch_groups = batch, .group_size = group_size_, .over_sampling_groups = round_groups,
                             .max_rounds = filter ? dynamic_sampling_rounds_ : 1});
-  std::vector<SampledGroup> mine;     // every group this rank drew, round after round
-  std::vector<int64_t> chosen, left;  // step-wide group numbers: round * batch + position in the round
+  std::vector<SampledGroup> mine;      // every group this rank drew that counts, round after round
+  std::vector<uint64_t> chosen, left;  // prompt indices of the groups kept and of the flat ones
   int64_t drawn = 0;
+  uint64_t first_round_end = 0;  // the prompts of the first round (which may be older) come before it
   do {
-    std::vector<SampledGroup> round = draw(step, static_cast<uint64_t>(cursor + drawn + rank_ * prompts_per_step_), summary);
-    const std::vector<int64_t> spread = sampling.offer(all_gather_rewards(round));
-    for (int64_t position = 0, next = 0; position < batch; ++position) {
+    const uint64_t round_first = static_cast<uint64_t>(cursor + drawn);
+    // With over-sampling, a round's groups after those that decide the batch do not count.
+    const BatchDecision decision = over_sampling_groups_ > 0 ? sampling.next_decision(filter) : BatchDecision{};
+    RoundGroups round = source_->sample(step, round_first + static_cast<uint64_t>(rank_ * slice), slice, decision);
+    summary.aborted_requests += round.aborted_requests;
+    if (!round.stopped.empty()) {
+      summary.stopped = round.stopped;
+      return summary;
+    }
+    std::vector<double> rewards = all_gather_rewards(round.groups);
+    const int64_t decided = decision.decided_by(rewards);
+    const int64_t counted = decided > 0 ? decided : round_groups;
+    rewards.resize(static_cast<size_t>(counted * group_size_));
+    std::erase_if(round.groups, [&](const SampledGroup& group) { return group.prompt_index >= round_first + counted; });
+    count_samples(round.groups, summary);
+    const std::vector<int64_t> spread = sampling.offer(rewards);
+    for (int64_t position = 0, next = 0; position < counted; ++position) {
       const bool has_spread = next < static_cast<int64_t>(spread.size()) && spread[next] == position;
       next += has_spread;
-      (has_spread || !filter ? chosen : left).push_back(drawn + position);
+      (has_spread || !filter ? chosen : left).push_back(round_first + static_cast<uint64_t>(position));
     }
-    mine.insert(mine.end(), std::make_move_iterator(round.begin()), std::make_move_iterator(round.end()));
-    drawn += batch;
+    mine.insert(mine.end(), std::make_move_iterator(round.groups.begin()), std::make_move_iterator(round.groups.end()));
+    drawn += counted;
+    if (first_round_end == 0) first_round_end = round_first + static_cast<uint64_t>(counted);
   } while (filter && sampling.groups_to_sample() > 0);
   if (static_cast<int64_t>(chosen.size()) < batch) {
     // The trainer's batch has a fixed size: groups without a spread fill it, with zero advantages.
@@ -169,16 +195,15 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
     std::sort(chosen.begin(), chosen.end());
   }
 
-  // Without the filter each rank trains on the groups it drew; with it the kept groups,
-  // wherever they were drawn, are dealt out in prompt order, prompts-per-step to a rank.
+  // When each rank's one round is its batch, it trains on the groups it drew; else the kept
+  // groups, wherever they were drawn, are dealt out in prompt order, prompts-per-step to a rank.
   std::vector<SampledGroup> share;
-  if (!filter) {
+  if (!filter && round_groups == batch) {
     share = std::move(mine);
   } else {
     std::vector<SampledGroup> kept_here;
-    for (const int64_t number : chosen)
-      if ((number % batch) / prompts_per_step_ == rank_)
-        kept_here.push_back(std::move(mine[(number / batch) * prompts_per_step_ + number % batch % prompts_per_step_]));
+    for (SampledGroup& group : mine)
+      if (std::binary_search(chosen.begin(), chosen.end(), group.prompt_index)) kept_here.push_back(std::move(group));
     std::vector<SampledGroup> kept = all_gather_groups(comm_, kept_here);
     std::sort(kept.begin(), kept.end(), [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
     const auto first = kept.begin() + rank_ * prompts_per_step_;
@@ -204,20 +229,17 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor) {
   const std::vector<float> advantages = group_advantages(summary.rewards, group_size_, advantages_);
   for (size_t r = 0; r < summary.sequences.size(); ++r) summary.sequences[r].advantage = advantages[r];
 
-  const double n = static_cast<double>(summary.drawn_samples);
-  summary.reward_mean /= n;
-  summary.reward_square_mean /= n;
-  summary.reward_std = std::sqrt(std::max(0.0, summary.reward_square_mean - summary.reward_mean * summary.reward_mean) * n /
-                                 std::max(1.0, n - 1));
-  summary.accuracy /= n;
-  summary.format_rate /= n;
-  summary.response_length /= n;
+  // The step trains on the first `batch` chosen groups (in prompt order, as dealt out).
+  const auto first_round = std::count_if(chosen.begin(), chosen.begin() + batch, [&](uint64_t index) { return index < first_round_end; });
+  summary.staleness = static_cast<double>(first_round_age * first_round) / static_cast<double>(batch);
+
   summary.prompts_drawn = drawn;
   summary.sampling_metrics = {
       {"sampling/drawn_groups", static_cast<double>(drawn)},
       {"sampling/kept_groups", static_cast<double>(sampling.kept())},
       {"sampling/zero_spread_fraction", static_cast<double>(sampling.dropped_flat()) / static_cast<double>(drawn)},
       {"sampling/rounds", static_cast<double>(sampling.rounds())},
+      {"rollout/aborted_requests", static_cast<double>(summary.aborted_requests)},
   };
   return summary;
 }

@@ -41,15 +41,21 @@ struct RolloutSummary {
   std::vector<TrainSequence> references;  // each prompt with the task's own answer (for SFT)
   std::vector<std::string> prompt_texts, completion_texts;  // per sequence
   std::vector<double> rewards;                              // per sequence
-  // Over every sample this rank drew (each rank draws as many): how the policy does.
-  double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
-  double reward_square_mean = 0;  // with reward_mean, gives the std over all ranks' samples
+  // Over the samples of the groups this rank drew that count (all, or those that decided
+  // the batch): sums, which the step adds up over the ranks for how the policy does.
+  double reward_sum = 0, reward_square_sum = 0, correct_sum = 0, format_sum = 0;
   int64_t generated_tokens = 0, drawn_samples = 0;
   std::string example;  // one prompt and its first completion, for the log
   // The same on every rank: prompts the step drew over all ranks (the cursor's advance),
-  // and the dynamic-sampling figures.
+  // the requests the rollout ranks aborted, and the dynamic-sampling figures.
   int64_t prompts_drawn = 0;
+  int64_t aborted_requests = 0;
   MetricValues sampling_metrics;
+  // Not empty: a stop signal or the time limit cut the rollout (why), and the step is void.
+  std::string stopped;
+  // The mean policy age of the groups the step trains on, in optimizer steps: how many
+  // updates older the weights that sampled them are than the ones the step trains.
+  double staleness = 0;
 };
 
 class GrpoStep {
@@ -62,8 +68,10 @@ class GrpoStep {
   ~GrpoStep();
 
   // The step's prompts from global index `cursor` on (the prompts the run has consumed),
-  // G sampled completions each, their rewards and advantages. Collective.
-  RolloutSummary rollout(int64_t step, int64_t cursor);
+  // G sampled completions each, their rewards and advantages. Collective. The first round
+  // was sampled by a policy `first_round_age` steps old (a round ordered ahead under
+  // rollout.max-staleness); any further round by the current one.
+  RolloutSummary rollout(int64_t step, int64_t cursor, int first_round_age);
   TrainStepResult train(int64_t step, const RolloutSummary& rollout);
   bool is_sft(int64_t step) const { return step <= sft_steps_; }
   // The step's samples for the run file; train log-probs, entropies and reference
@@ -71,10 +79,9 @@ class GrpoStep {
   std::vector<SampleRecord> samples(const RolloutSummary& rollout, const TrainStepResult& trained) const;
 
  private:
-  // One round: G completions of each of this rank's prompts, from global index `first` on,
-  // scored; the drawn-sample statistics of `summary` accumulate.
-  std::vector<SampledGroup> draw(int64_t step, uint64_t first, RolloutSummary& summary);
-  // Every rank's rewards of a round, in global prompt order.
+  // The statistics of `summary` take the samples of `groups`.
+  void count_samples(const std::vector<SampledGroup>& groups, RolloutSummary& summary) const;
+  // Every rank's rewards of a round (each rank's slice, in rank order), in prompt order.
   std::vector<double> all_gather_rewards(const std::vector<SampledGroup>& round) const;
 
   MemoryPool& pool_;
@@ -85,6 +92,7 @@ class GrpoStep {
   int64_t prompts_per_step_, group_size_, sft_steps_, rl_steps_;
   bool dynamic_sampling_;
   int64_t dynamic_sampling_rounds_;
+  int64_t over_sampling_groups_;  // per rank and round; 0: rounds of prompts-per-step, drawn whole
   int rank_, world_size_;
   MPI_Comm comm_;
   AdvantageSettings advantages_;

@@ -37,29 +37,82 @@ RemoteRollout::~RemoteRollout() {
   }
 }
 
-std::vector<SampledGroup> RemoteRollout::sample(int64_t step, uint64_t first, int64_t count) {
-  const int rank = roles_.rank(), trainers = roles_.size();
-  std::string round;
+void RemoteRollout::check_engines_started() {
+  std::string reply = groups_reply({});
   if (roles_.link() != MPI_COMM_NULL) {
-    const EngineCommand order{EngineOrder::Round, step, first - static_cast<uint64_t>(rank * count), trainers * count};
-    broadcast_command(roles_.link(), order);
+    tell({EngineOrder::ReportStartUp});
     try {
-      round = groups_reply(gather_round(roles_.link(), ""));
+      fail_together_on_link(roles_.link(), "");
     } catch (const RanksFailedError& error) {
       engines_left_ = true;  // they fail with this error too
-      round = error_reply(error.code(), error.what());
+      reply = error_reply(error.code(), error.what());
     }
   }
-  broadcast_string(roles_.comm(), round, 0, "the handing out of a round's groups");
-  std::vector<SampledGroup> groups = read_reply(round);
-  std::sort(groups.begin(), groups.end(),
-            [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
-  const auto mine = groups.begin() + rank * count;
-  return {std::make_move_iterator(mine), std::make_move_iterator(mine + count)};
+  hand_on(reply, 0);
 }
 
-void RemoteRollout::announce(EngineOrder order) {
-  if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), {order});
+RoundGroups RemoteRollout::sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) {
+  const int rank = roles_.rank();
+  const EngineCommand round{EngineOrder::StreamedRound, step, first - static_cast<uint64_t>(rank * count), roles_.size() * count};
+  if (prefetched_ && (prefetched_->step != round.step || prefetched_->first != round.first || prefetched_->count != round.count))
+    throw std::logic_error("the prefetched round is of step " + std::to_string(prefetched_->step) + " from prompt " +
+                           std::to_string(prefetched_->first) + ", the step asks for step " + std::to_string(step) +
+                           " from prompt " + std::to_string(round.first));
+  const bool collect_prefetched = std::exchange(prefetched_, std::nullopt).has_value();
+  std::string reply;
+  int64_t aborted = 0;
+  if (roles_.link() != MPI_COMM_NULL) {
+    try {
+      if (collect_prefetched) {
+        tell({EngineOrder::Collect});
+        reply = groups_reply(gather_round(roles_.link(), ""));
+      } else {
+        tell(round);
+        CollectedRound collected = collect_round(roles_.link(), round, decision, stop_requested_, roles_.trainers());
+        for (const int64_t engine : collected.aborted) aborted += engine;
+        reply = collected.stopped.empty() ? groups_reply(collected.groups) : stop_reply(collected.stopped);
+      }
+    } catch (const RanksFailedError& error) {
+      engines_left_ = true;  // they fail with this error too
+      reply = error_reply(error.code(), error.what());
+    }
+  }
+  RoundGroups groups = hand_on(reply, aborted);
+  std::erase_if(groups.groups, [&](const SampledGroup& group) {
+    return group.prompt_index < first || group.prompt_index >= first + static_cast<uint64_t>(count);
+  });
+  std::sort(groups.groups.begin(), groups.groups.end(),
+            [](const SampledGroup& a, const SampledGroup& b) { return a.prompt_index < b.prompt_index; });
+  return groups;
+}
+
+void RemoteRollout::prefetch(int64_t step, uint64_t first, int64_t count) {
+  if (prefetched_) throw std::logic_error("a round is prefetched already");
+  prefetched_ = EngineCommand{EngineOrder::Round, step, first, roles_.size() * count};
+  tell(*prefetched_);
+}
+
+void RemoteRollout::discard() {
+  if (!prefetched_) return;
+  tell({EngineOrder::Discard});
+  prefetched_.reset();
+}
+
+void RemoteRollout::announce(EngineOrder order) { tell({order}); }
+
+void RemoteRollout::tell(const EngineCommand& command) {
+  if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), command);
+}
+
+RoundGroups RemoteRollout::hand_on(std::string reply, int64_t aborted) {
+  broadcast_string(roles_.comm(), reply, 0, "the handing out of the rollout ranks' reply");
+  MPI_Request request;
+  MPI_Ibcast(&aborted, 1, MPI_INT64_T, 0, roles_.comm(), &request);
+  wait_for_ranks(request, "the handing out of the rollout ranks' reply", roles_.comm());
+  RoundGroups groups;
+  groups.aborted_requests = aborted;
+  groups.groups = read_reply(reply, groups.stopped);
+  return groups;
 }
 
 void RemoteRollout::finish() {

@@ -21,6 +21,7 @@
 #include "driver/phase_memory.h"
 #include "driver/optimizer_from_deck.h"
 #include "driver/trainer_checkpoint.h"
+#include "driver/transport_from_deck.h"
 #include "driver/non_finite_step.h"
 #include "driver/resume.h"
 #include "deck/deck_diff.h"
@@ -73,17 +74,6 @@ HandoffConfig handoff_config_from_deck(const Deck& deck) {
   return config;
 }
 
-DiskDeltaSettings disk_delta_settings_from_deck(const Deck& deck, const fs::path& run_folder) {
-  DiskDeltaSettings settings;
-  const std::string path = deck.get<std::string>("sync.path");
-  settings.path = path.empty() ? run_folder / "weights" : fs::path(path);
-  settings.baseline = deck.get<std::string>("sync.baseline");
-  settings.encoding = delta_encoding_from_name(deck.get<std::string>("sync.delta-encoding"));
-  settings.compression_level = static_cast<int>(deck.get<int64_t>("sync.compression-level"));
-  settings.keep_versions = static_cast<int>(deck.get<int64_t>("sync.keep-versions"));
-  return settings;
-}
-
 std::string startup_table(const World& world, const Roles& roles, const Deck& deck, const ModelConfig& model,
                           const ParameterLayout& layout, DType working_dtype, const fs::path& folder, const SlabShards& shard) {
   std::vector<std::pair<std::string, std::string>> rows = {
@@ -116,13 +106,23 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
                   format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
                       (deck.get<bool>("run.checkpoint-async") ? " held from the first checkpoint on" : " during each checkpoint")});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
+  const std::string kv_cache = format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
+                               (deck.get<double>("rollout.kv-cache-fraction") > 0
+                                    ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
+                                    : "");
+  if (roles.split()) {
+    // Each side on its own GPUs: no engine beside a trainer, nothing handed off.
+    rows.push_back({"working copy", format_bytes(layout.slab_bytes(working_dtype))});
+    rows.push_back({"each rollout rank: weights + KV cache",
+                    format_bytes(layout.slab_bytes(working_dtype)) + " + " + kv_cache});
+    rows.push_back({"weight sync", deck.text("sync.transport") + ", from the " + std::to_string(roles.trainers()) +
+                                       " trainer ranks to the " + std::to_string(roles.engines()) + " rollout ranks"});
+    return format_box("tandem setup", rows);
+  }
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
                   format_bytes((alias ? 1.0 : 2.0) * layout.slab_bytes(working_dtype))});
-  rows.push_back({"KV cache", format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
-                                  (deck.get<double>("rollout.kv-cache-fraction") > 0
-                                       ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
-                                       : "")});
+  rows.push_back({"KV cache", kv_cache});
   rows.push_back({"offload", "train " + deck.text("memory.offload-train") + ", rollout " + deck.text("memory.offload-rollout") +
                                  " (" + deck.text("memory.offload-rollout-level") + "), peak on " +
                                  deck.text("memory.colocate-memory-peak-device")});
@@ -222,13 +222,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
                              .transport = transport_kind_from_name(deck.get<std::string>("sync.transport")),
                              .optimizer_state = state_store.data(),
                              .state_slot_bytes = optimizer_state_slot_bytes(optimizer_settings_from_deck(deck), layout),
-                             .disk_delta = disk_delta_settings_from_deck(deck, folder),
-                             .comm = comm,
-                             .broadcast = BroadcastSettings{deck.get<Bytes>("sync.bucket-bytes").value, roles.link_communicator()},
+                             .disk_delta = disk_delta_settings_from_deck(deck, layout, *world, roles),
+                             .broadcast = broadcast_settings_from_deck(deck, roles),
                              .shard = shard});
   auto sync_weights = [&] {
-    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::Sync);
-    return memory.sync_weights();
+    if (!rollout_ranks_client) return memory.sync_weights();
+    return rollout_ranks_client->join(EngineOrder::Sync, [&] { return memory.sync_weights(); });
   };
   HandoffExecutor handoff(*pool, handoff_config, sync_weights,
                           [&](const std::vector<std::string>& names) { memory.rebuild(names); });
@@ -312,6 +311,19 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   int64_t skipped_steps = 0;
   PhaseTimers timers;
   const auto loop_start = std::chrono::steady_clock::now();
+  if (rollout_ranks_client) rollout_ranks_client->check_engines_started();  // the engines' first order
+  // rollout.max-staleness = 1: the rollout ranks sample the next step's first round while
+  // the trainers train this one, with the weights they hold (the previous step's). A job's
+  // first round is always sampled afresh: nothing is ordered ahead of a job's end, of a
+  // scheduled checkpoint (so a restart from it takes the same steps) nor of a stop.
+  const bool overlap = deck.get<int64_t>("rollout.max-staleness") > 0;
+  const int64_t prompts_per_step = deck.get<int64_t>("task.prompts-per-step");
+  auto checkpoint_scheduled = [&](int64_t at) {
+    return (checkpoint_every > 0 && (at % checkpoint_every == 0 || at == steps)) || (at == last_step && at < steps);
+  };
+  if (overlap && resume_from && root)
+    TLOG(info) << "rollout.max-staleness = 1: step " << step + 1
+               << "'s first round is sampled afresh, with the checkpoint's weights (policy age 0)";
   {
     ScopedPhase phase(timers, "handoff");
     handoff.run(HandoffPoint::Startup);
@@ -328,9 +340,28 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   PhaseMemory phase_memory(*pool);
   std::string last_checkpoint;
   bool stopping = false;
+  std::string stop_reason;
+  // Trainer rank 0 cuts a rollout on the rollout ranks for a stop signal or the time limit.
+  if (rollout_ranks_client) rollout_ranks_client->cut_rounds_when([&] { return stop_point.cut_reason(); });
+  int64_t checkpointed_step = step;  // the newest step whose state a checkpoint holds (a fresh start needs none)
+  // Collective: a checkpoint of the state after `step` (the trainer's state is on the
+  // device between train and the next handoff); returns the msync seconds of the state file.
+  auto snapshot_checkpoint = [&] {
+    ScopedPhase phase(timers, "checkpoint");
+    const auto checkpoint_start = std::chrono::steady_clock::now();
+    const double msync_seconds = state_file ? state_file->sync() : 0.0;
+    const auto states = all_gather_strings(comm, rng_state(rng));
+    checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
+    checkpointed_step = step;
+    // A stop must leave time for the writer to finish as well.
+    stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
+                                       checkpoint_writer.longest_background_write_seconds());
+    return msync_seconds;
+  };
   while (step < last_step && !stopping) {
     ++step;
     set_log_step(step);
+    const auto step_start = std::chrono::steady_clock::now();
     MetricValues metrics;
     pool->reset_peaks();
     RolloutSummary rollout;
@@ -340,10 +371,28 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       ScopedPhase phase(timers, "rollout");
       phase_memory.begin();
       const auto start = std::chrono::steady_clock::now();
-      rollout = grpo.rollout(step, data_cursor);
+      const bool sampled_ahead = rollout_ranks_client && rollout_ranks_client->prefetched();
+      rollout = grpo.rollout(step, data_cursor, sampled_ahead ? 1 : 0);
       rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rollout_peak = phase_memory.end();
     }
+    if (!rollout.stopped.empty()) {
+      // A stop cut the rollout on the rollout ranks: the step is void, and the job stops with
+      // the state before it, which a restart takes up by redoing the same rollout.
+      --step;
+      stopping = true;
+      stop_reason = rollout.stopped + " during the rollout of step " + std::to_string(step + 1);
+      handoff.run(HandoffPoint::AfterGenerate);
+      if (step > checkpointed_step) {
+        snapshot_checkpoint();
+        if (root) checkpoint_writer.publish();
+      }
+      break;
+    }
+    // The next round's first prompt follows the ones this step drew (dynamic sampling's
+    // extra rounds included), as every trainer asks for it at the next step.
+    if (overlap && step < last_step && !checkpoint_scheduled(step))
+      rollout_ranks_client->prefetch(step + 1, static_cast<uint64_t>(data_cursor + rollout.prompts_drawn), prompts_per_step);
     HandoffReport to_train, to_rollout;
     {
       ScopedPhase phase(timers, "handoff");
@@ -364,48 +413,49 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     const bool non_finite = !std::isfinite(trained.grad_norm);
     const std::string non_finite_text = non_finite ? non_finite_report(comm, step, trained.grad_norm, trained.non_finite) : "";
     const bool stop_here = non_finite && on_non_finite == OnNonFinite::Stop;
-    if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
-    stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
+    {
+      // Where the ranks wait for the slowest: under rollout.max-staleness = 1 the trainers wait
+      // here for the engines' round of the next step.
+      ScopedPhase phase(timers, "step_boundary");
+      if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StepBoundary);
+      stopping = stop_point.agree() && step < last_step;  // a signal or the time limit: this step is the last
+    }
+    if (stopping) stop_reason = stop_point.reason();
+    if (stopping && rollout_ranks_client && rollout_ranks_client->prefetched()) {
+      rollout_ranks_client->discard();
+      if (root) TLOG(info) << "the stop drops the round the rollout ranks sampled ahead for step " << step + 1;
+    }
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
-    if ((checkpoint_every > 0 && (step % checkpoint_every == 0 || step == steps)) || (step == last_step && step < steps) ||
-        stop_here || stopping) {
-      // The trainer's state is on the device between train and the next handoff.
-      ScopedPhase phase(timers, "checkpoint");
-      const auto checkpoint_start = std::chrono::steady_clock::now();
-      if (state_file) state_msync_seconds = state_file->sync();
-      const auto states = all_gather_strings(comm, rng_state(rng));
-      checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
+    if (checkpoint_scheduled(step) || stop_here || stopping) {
+      state_msync_seconds = snapshot_checkpoint();
       checkpoint_pending = root;
-      // A stop must leave time for the writer to finish as well.
-      stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
-                                         checkpoint_writer.longest_background_write_seconds());
     }
     {
       ScopedPhase phase(timers, "handoff");
       to_rollout = handoff.run(HandoffPoint::BeforeSync);
     }
     const MemoryStats stats = pool->stats();
+    double reward_mean = 0, reward_std = 0, accuracy = 0, format_rate = 0, response_length = 0;
     {
-      // The rollout's and the loss's statistics over every rank's samples (each rank has the
-      // same number of them): means, a sum, a max.
-      double sums[] = {rollout.reward_mean, rollout.reward_square_mean, rollout.accuracy, rollout.format_rate,
-                       rollout.response_length, trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high,
-                       trained.metrics.ratio_mean, static_cast<double>(rollout.generated_tokens),
+      // The rollout's statistics over every rank's counted samples (sums), the loss's over
+      // the ranks (each trains as many sequences): means, a sum, a max.
+      double sums[] = {rollout.reward_sum, rollout.reward_square_sum, rollout.correct_sum, rollout.format_sum,
+                       static_cast<double>(rollout.generated_tokens), static_cast<double>(rollout.drawn_samples),
+                       trained.metrics.clip_fraction_low, trained.metrics.clip_fraction_high, trained.metrics.ratio_mean,
                        trained.metrics.kl_mean, trained.metrics.entropy_mean};
       all_reduce(MPI_IN_PLACE, sums, std::size(sums), MPI_DOUBLE, MPI_SUM, comm, "the reduction of metrics");
-      const double ranks = roles.size();
-      rollout.reward_mean = sums[0] / ranks;
-      const double samples = ranks * static_cast<double>(rollout.drawn_samples);
-      const double variance = std::max(0.0, sums[1] / ranks - rollout.reward_mean * rollout.reward_mean);
-      rollout.reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
-      rollout.accuracy = sums[2] / ranks;
-      rollout.format_rate = sums[3] / ranks;
-      rollout.response_length = sums[4] / ranks;
-      trained.metrics.clip_fraction_low = sums[5] / ranks;
-      trained.metrics.clip_fraction_high = sums[6] / ranks;
-      trained.metrics.ratio_mean = sums[7] / ranks;
-      rollout.generated_tokens = static_cast<int64_t>(sums[8]);
+      const double samples = sums[5], ranks = roles.size();
+      reward_mean = sums[0] / samples;
+      const double variance = std::max(0.0, sums[1] / samples - reward_mean * reward_mean);
+      reward_std = samples > 1 ? std::sqrt(variance * samples / (samples - 1)) : 0.0;
+      accuracy = sums[2] / samples;
+      format_rate = sums[3] / samples;
+      response_length = sums[4] / samples;
+      rollout.generated_tokens = static_cast<int64_t>(sums[4]);
+      trained.metrics.clip_fraction_low = sums[6] / ranks;
+      trained.metrics.clip_fraction_high = sums[7] / ranks;
+      trained.metrics.ratio_mean = sums[8] / ranks;
       trained.metrics.kl_mean = sums[9] / ranks;
       trained.metrics.entropy_mean = sums[10] / ranks;
       all_reduce(MPI_IN_PLACE, &trained.metrics.ratio_max, 1, MPI_DOUBLE, MPI_MAX, comm, "the reduction of metrics");
@@ -414,11 +464,11 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     const double handoff_seconds = to_train.seconds + to_rollout.seconds;
     const bool sft = grpo.is_sft(step);
     metrics.push_back({"phase_sft", sft ? 1.0 : 0.0});
-    metrics.push_back({"reward_mean", rollout.reward_mean});
-    metrics.push_back({"reward_std", rollout.reward_std});
-    metrics.push_back({"accuracy", rollout.accuracy});
-    metrics.push_back({"format_rate", rollout.format_rate});
-    metrics.push_back({"response_length", rollout.response_length});
+    metrics.push_back({"reward_mean", reward_mean});
+    metrics.push_back({"reward_std", reward_std});
+    metrics.push_back({"accuracy", accuracy});
+    metrics.push_back({"format_rate", format_rate});
+    metrics.push_back({"response_length", response_length});
     metrics.push_back({"loss", trained.loss});
     metrics.push_back({"grad_norm", trained.grad_norm});
     metrics.push_back({"clip_fraction_low", trained.metrics.clip_fraction_low});
@@ -448,6 +498,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       measured[phase] = largest(measured[phase], peak);
     derived_not_copied = std::max(derived_not_copied, to_rollout.derived_not_copied);
     metrics.push_back({"data_cursor", static_cast<double>(data_cursor)});
+    metrics.push_back({"rollout/staleness", rollout.staleness});
     metrics.push_back({"skipped", non_finite ? 1.0 : 0.0});
     metrics.insert(metrics.end(), rollout.sampling_metrics.begin(), rollout.sampling_metrics.end());
     add_memory_metrics(metrics, stats);
@@ -461,6 +512,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (trained.state_bytes_streamed)
       metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
     for (const auto& [phase, seconds] : timers.take_step_times()) metrics.push_back({"time/" + phase, seconds});
+    metrics.push_back({"time/step", std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count()});
     if (root) {
       run_file->append_metrics(step, metrics);
       if (samples_every > 0 && step % samples_every == 0) run_file->append_samples(step, grpo.samples(rollout, trained));
@@ -470,8 +522,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       }
       if (report_every > 0 && step % report_every == 0 && step < last_step) write_report(folder, report);
     }
-    TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(rollout.reward_mean, 3)
-               << " acc " << format_fixed(rollout.accuracy, 3) << " len " << format_fixed(rollout.response_length, 1)
+    TLOG(info) << (sft ? "sft " : "rl  ") << step << "/" << steps << " | reward " << format_fixed(reward_mean, 3)
+               << " acc " << format_fixed(accuracy, 3) << " len " << format_fixed(response_length, 1)
                << " | loss " << format_fixed(trained.loss, 4) << " grad " << format_fixed(trained.grad_norm, 3)
                << " clip " << format_fixed(trained.metrics.clip_fraction_low + trained.metrics.clip_fraction_high, 3)
                << " | " << format_fixed(rollout_seconds > 0 ? rollout.generated_tokens / rollout_seconds : 0.0, 0)
@@ -504,7 +556,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   // jobs/tandem.sbatch reads these lines in tandem.log: "stopped" means submit the next job.
   if (step < steps)
     TLOG(info) << "stopped at step " << step << " of " << steps << ": "
-               << (stopping ? stop_point.reason() : "run.steps-per-job = " + std::to_string(steps_per_job))
+               << (stopping ? stop_reason : "run.steps-per-job = " + std::to_string(steps_per_job))
                << "; a job with run.restart = auto resumes from " << last_checkpoint;
   TLOG(info) << (step < steps ? "job complete\n" : "run complete\n") << table << plan.comparison(measured, derived_not_copied)
              << "outputs:\n  log         " << (folder / "tandem.log").string()

@@ -32,20 +32,66 @@ size_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The uncompressed delta of one tensor, and how many of its bytes changed.
-std::vector<std::byte> encode(const DeltaTensor& tensor, DeltaEncoding encoding, size_t& changed_bytes) {
+// The xor delta goes through zstd a part of this size at a time, never whole.
+constexpr size_t kStreamBytes = size_t{1} << 20;
+// A tensor this large is compressed by several zstd workers (into one frame).
+constexpr size_t kParallelFrameBytes = size_t{32} << 20;
+
+using CompressContext = std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)>;
+using DecompressContext = std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)>;
+
+void check_zstd(size_t code) {
+  if (ZSTD_isError(code)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(code));
+}
+
+// Compresses `bytes` of input, produced `kStreamBytes` at a time by fill(first, part), into
+// one zstd frame that records its content size.
+std::vector<std::byte> compress_stream(size_t bytes, int level, const std::function<void(size_t, std::span<std::byte>)>& fill) {
+  CompressContext context(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  if (!context) throw std::runtime_error("zstd: cannot create a compression context");
+  check_zstd(ZSTD_CCtx_setParameter(context.get(), ZSTD_c_compressionLevel, level));
+  // Without libzstd's threads this fails, and the frame is compressed on this thread.
+  if (bytes >= kParallelFrameBytes) ZSTD_CCtx_setParameter(context.get(), ZSTD_c_nbWorkers, 4);
+  check_zstd(ZSTD_CCtx_setPledgedSrcSize(context.get(), bytes));
+  std::vector<std::byte> part(std::min(bytes, kStreamBytes));
+  std::vector<std::byte> frame(std::max<size_t>(ZSTD_CStreamOutSize(), 1024));
+  ZSTD_outBuffer out{frame.data(), frame.size(), 0};
+  for (size_t first = 0;; first += part.size()) {
+    const size_t size = std::min(part.size(), bytes - first);
+    fill(first, std::span(part).first(size));
+    ZSTD_inBuffer in{part.data(), size, 0};
+    const ZSTD_EndDirective mode = first + size == bytes ? ZSTD_e_end : ZSTD_e_continue;
+    for (;;) {
+      if (out.pos == out.size) {
+        frame.resize(2 * frame.size());
+        out.dst = frame.data();
+        out.size = frame.size();
+      }
+      const size_t left = ZSTD_compressStream2(context.get(), &out, &in, mode);
+      check_zstd(left);
+      if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) break;
+    }
+    if (mode == ZSTD_e_end) break;
+  }
+  frame.resize(out.pos);
+  return frame;
+}
+
+// The zstd frame of one tensor's delta, and how many of its bytes changed.
+std::vector<std::byte> compress_delta(const DeltaTensor& tensor, DeltaEncoding encoding, int level, size_t& changed_bytes) {
   const std::byte* base = tensor.baseline.data();
   const std::byte* now = tensor.current.data();
   const size_t bytes = tensor.current.size();
   changed_bytes = 0;
-  if (encoding == DeltaEncoding::Xor) {
-    std::vector<std::byte> delta(bytes);
-    for (size_t i = 0; i < bytes; ++i) {
-      delta[i] = base[i] ^ now[i];
-      changed_bytes += delta[i] != std::byte{0};
-    }
-    return delta;
-  }
+  if (encoding == DeltaEncoding::Xor)
+    return compress_stream(bytes, level, [&](size_t first, std::span<std::byte> part) {
+      size_t changed = 0;
+      for (size_t i = 0; i < part.size(); ++i) {
+        part[i] = base[first + i] ^ now[first + i];
+        changed += part[i] != std::byte{0};
+      }
+      changed_bytes += changed;
+    });
   const size_t element = dtype_size(tensor.dtype);
   const size_t elements = bytes / element;
   if (elements > UINT32_MAX) throw std::runtime_error("too many elements for an overwrite delta");
@@ -66,21 +112,47 @@ std::vector<std::byte> encode(const DeltaTensor& tensor, DeltaEncoding encoding,
   std::memcpy(delta.data(), &count, sizeof count);
   std::memcpy(delta.data() + sizeof count, gaps.data(), gaps.size() * sizeof(uint32_t));
   std::memcpy(delta.data() + sizeof count + gaps.size() * sizeof(uint32_t), values.data(), values.size());
-  return delta;
+  return compress_stream(delta.size(), level, [&](size_t first, std::span<std::byte> part) {
+    std::memcpy(part.data(), delta.data() + first, part.size());
+  });
 }
 
-// state = baseline with the delta applied; false when the delta is malformed.
-bool decode(std::span<const std::byte> delta, DeltaEncoding encoding, size_t element, std::span<std::byte> state) {
+// state = baseline with the frame's delta applied; "" when done, else why not.
+std::string decompress_delta(std::span<const std::byte> frame, DeltaEncoding encoding, size_t element,
+                             std::span<const std::byte> baseline, std::span<std::byte> state) {
+  const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
+  // A delta is never larger than its overwrite form of every element.
+  const size_t largest = encoding == DeltaEncoding::Xor ? state.size()
+                                                        : sizeof(uint64_t) + state.size() / element * (sizeof(uint32_t) + element);
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > largest) return "corrupt zstd frame";
   if (encoding == DeltaEncoding::Xor) {
-    if (delta.size() != state.size()) return false;
-    for (size_t i = 0; i < state.size(); ++i) state[i] ^= delta[i];
-    return true;
+    if (content != state.size()) return "malformed xor delta";
+    // The delta a part at a time: state = baseline ^ delta.
+    DecompressContext context(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    if (!context) return "zstd: cannot create a decompression context";
+    std::vector<std::byte> part(std::min(state.size(), kStreamBytes));
+    ZSTD_inBuffer in{frame.data(), frame.size(), 0};
+    size_t done = 0;
+    for (;;) {
+      ZSTD_outBuffer out{part.data(), std::min(part.size(), state.size() - done), 0};
+      const size_t left = ZSTD_decompressStream(context.get(), &out, &in);
+      if (ZSTD_isError(left)) return std::string("corrupt zstd frame: ") + ZSTD_getErrorName(left);
+      for (size_t i = 0; i < out.pos; ++i) state[done + i] = baseline[done + i] ^ part[i];
+      done += out.pos;
+      if (left == 0) break;
+      if (out.pos == 0 && in.pos == in.size) return "corrupt zstd frame: short";
+    }
+    return done == state.size() && in.pos == in.size ? "" : "corrupt zstd frame: short";
   }
+  std::vector<std::byte> delta(content);
+  const size_t size = ZSTD_decompress(delta.data(), delta.size(), frame.data(), frame.size());
+  if (ZSTD_isError(size) || size != content) return std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short");
+  std::memcpy(state.data(), baseline.data(), state.size());
   uint64_t count = 0;
-  if (delta.size() < sizeof count) return false;
+  if (delta.size() < sizeof count) return "malformed overwrite delta";
   std::memcpy(&count, delta.data(), sizeof count);
   const size_t elements = state.size() / element;
-  if (count > elements || delta.size() != sizeof count + count * (sizeof(uint32_t) + element)) return false;
+  if (count > elements || delta.size() != sizeof count + count * (sizeof(uint32_t) + element)) return "malformed overwrite delta";
   const std::byte* gaps = delta.data() + sizeof count;
   const std::byte* values = gaps + count * sizeof(uint32_t);
   uint64_t position = 0;
@@ -88,10 +160,19 @@ bool decode(std::span<const std::byte> delta, DeltaEncoding encoding, size_t ele
     uint32_t gap = 0;
     std::memcpy(&gap, gaps + i * sizeof gap, sizeof gap);
     position += gap;
-    if (position >= elements || (i > 0 && gap == 0)) return false;
+    if (position >= elements || (i > 0 && gap == 0)) return "malformed overwrite delta";
     std::memcpy(state.data() + position * element, values + i * element, element);
   }
-  return true;
+  return "";
+}
+
+// Tensor indices, the largest first: the longest work starts first on the cores.
+template <class Size>
+std::vector<size_t> largest_first(size_t count, Size size) {
+  std::vector<size_t> order(count);
+  for (size_t i = 0; i < count; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
+  return order;
 }
 
 }  // namespace
@@ -138,18 +219,17 @@ DeltaWriteStats write_delta_file(const fs::path& path, std::span<const DeltaTens
                                                  {"compression_format", kDeltaCompressionFormat},
                                                  {"checksum_format", kDeltaChecksumFormat},
                                                  {"source_rank", std::to_string(source_rank)}};
-  // Tensors are independent: encode and compress them on every core (an exception must
-  // not leave an OpenMP region, so each tensor keeps its error).
+  // Tensors are independent: encode, compress and checksum them on every core, the
+  // largest first (an exception must not leave an OpenMP region: each keeps its error).
   std::vector<size_t> changed(tensors.size(), 0);
-  std::vector<std::string> errors(tensors.size());
+  std::vector<std::string> errors(tensors.size()), checksums(tensors.size());
+  const std::vector<size_t> order = largest_first(tensors.size(), [&](size_t i) { return tensors[i].current.size(); });
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
     try {
-      const std::vector<std::byte> delta = encode(tensors[i], encoding, changed[i]);
-      frames[i].resize(ZSTD_compressBound(delta.size()));
-      const size_t size = ZSTD_compress(frames[i].data(), frames[i].size(), delta.data(), delta.size(), compression_level);
-      if (ZSTD_isError(size)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(size));
-      frames[i].resize(size);
+      frames[i] = compress_delta(tensors[i], encoding, compression_level, changed[i]);
+      checksums[i] = xxh3_128_hex(tensors[i].current);
     } catch (const std::exception& e) {
       errors[i] = e.what();
     }
@@ -161,7 +241,7 @@ DeltaWriteStats write_delta_file(const fs::path& path, std::span<const DeltaTens
     metadata[tensor.name] = json{{"dtype", dtype_info(tensor.dtype).safetensors_code},
                                  {"shape", tensor.shape},
                                  {"changed_bytes", changed[i]},
-                                 {"xxh3_128", xxh3_128_hex(tensor.current)}}
+                                 {"xxh3_128", checksums[i]}}
                                 .dump();
     stats.changed_bytes += changed[i];
     stats.total_bytes += tensor.current.size();
@@ -183,14 +263,14 @@ std::vector<std::string> apply_delta_file(const fs::path& path, DeltaEncoding en
       meta("compression_format") != kDeltaCompressionFormat || meta("checksum_format") != kDeltaChecksumFormat)
     throw std::runtime_error(path.string() + ": not a " + std::string(kFormatName) + " file of encoding " +
                              delta_encoding_name(encoding) + ", zstd, xxh3-128");
-  // Read the headers in order, decode every tensor on every core, then apply in order:
-  // the engine's slab sees only verified states.
+  // Read the headers in order, then decode and verify every tensor on every core, the
+  // largest first, each into its state buffer.
   struct Pending {
     const SafetensorsEntry* entry;
     DType dtype = DType::U8;
     std::string checksum;
     std::span<const std::byte> baseline;
-    std::vector<std::byte> state;
+    std::span<std::byte> state;
     std::string error;
   };
   const std::string source = meta("source_rank");
@@ -212,42 +292,27 @@ std::vector<std::string> apply_delta_file(const fs::path& path, DeltaEncoding en
     }
     if (entry.dtype != DType::U8 || entry.shape.size() != 1) throw failure(entry.name, "is not a U8 vector of compressed bytes");
     p.baseline = target.baseline(entry.name, p.dtype, shape);
+    p.state = target.state(entry.name);
+    if (p.state.size() != p.baseline.size()) throw failure(entry.name, "the state buffer is not the baseline's size");
   }
+  const std::vector<size_t> order = largest_first(pending.size(), [&](size_t i) { return pending[i].state.size(); });
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < pending.size(); ++i) {
-    Pending& p = pending[i];
-    const std::span<const std::byte> frame = file.bytes(p.entry->name);
-    const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
-    // A delta is never larger than its overwrite form of every element.
-    const size_t element = dtype_size(p.dtype);
-    const size_t largest = sizeof(uint64_t) + p.baseline.size() / element * (sizeof(uint32_t) + element);
-    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > largest) {
-      p.error = "corrupt zstd frame (checksum " + p.checksum + " not verified)";
-      continue;
-    }
-    std::vector<std::byte> delta(content);
-    const size_t size = ZSTD_decompress(delta.data(), delta.size(), frame.data(), frame.size());
-    if (ZSTD_isError(size) || size != content) {
-      p.error = std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short");
-      continue;
-    }
-    p.state.assign(p.baseline.begin(), p.baseline.end());
-    if (!decode(delta, encoding, element, p.state)) {
-      p.error = "malformed " + std::string(delta_encoding_name(encoding)) + " delta";
+  for (size_t k = 0; k < order.size(); ++k) {
+    Pending& p = pending[order[k]];
+    p.error = decompress_delta(file.bytes(p.entry->name), encoding, dtype_size(p.dtype), p.baseline, p.state);
+    if (!p.error.empty()) {
+      p.error += " (checksum " + p.checksum + " not verified)";
       continue;
     }
     const std::string decoded = xxh3_128_hex(p.state);
     if (decoded != p.checksum) p.error = "checksum mismatch: xxh3-128 " + decoded + " decoded, " + p.checksum + " written";
   }
-  for (const Pending& p : pending)
+  std::vector<std::string> decoded;
+  for (const Pending& p : pending) {
     if (!p.error.empty()) throw failure(p.entry->name, p.error);
-  std::vector<std::string> applied;
-  for (Pending& p : pending) {
-    target.apply(p.entry->name, p.state);
-    applied.push_back(p.entry->name);
-    std::vector<std::byte>().swap(p.state);  // hold no more than the file's unapplied states
+    decoded.push_back(p.entry->name);
   }
-  return applied;
+  return decoded;
 }
 
 void write_delta_index(const fs::path& folder, const DeltaIndex& index) {

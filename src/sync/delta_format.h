@@ -58,15 +58,17 @@ DeltaWriteStats write_delta_file(const std::filesystem::path& path, std::span<co
                                  DeltaEncoding encoding, int compression_level, int source_rank);
 
 // What the engine side provides for each tensor of a file: its baseline bytes (after
-// checking dtype and shape against its own), and where the verified new state goes.
+// checking dtype and shape against its own), and the buffer of the baseline's size, apart
+// from it, that its new state is decoded into.
 struct DeltaApplyTarget {
   std::function<std::span<const std::byte>(const std::string& name, DType dtype, const std::vector<int64_t>& shape)> baseline;
-  std::function<void(const std::string& name, std::span<const std::byte> state)> apply;
+  std::function<std::span<std::byte>(const std::string& name)> state;
 };
 
-// Reads one file, decodes every tensor onto its baseline, verifies its checksum and hands
-// the new state to target.apply. Returns the tensors applied. Errors (a corrupt frame, a
-// checksum mismatch) throw std::runtime_error naming the tensor and the file.
+// Reads one file and decodes every tensor onto its baseline into its state buffer, on
+// every core, verifying each checksum. Returns the tensors decoded; their states hold the
+// new weights only then. Errors (a corrupt frame, a checksum mismatch) throw
+// std::runtime_error naming the tensor, the file and its source rank.
 std::vector<std::string> apply_delta_file(const std::filesystem::path& path, DeltaEncoding encoding,
                                           const DeltaApplyTarget& target);
 

@@ -1,21 +1,38 @@
 // The transport through a shared folder (sync.path) that every rank sees: each sync,
-// the source ranks write their share of the model as compressed, checksummed deltas of
-// the working-dtype bytes against a fixed baseline, rank 0 publishes the version with its
-// index once every file is complete, and the engines read, verify and apply every file.
-// The format is in sync/delta_format.h.
+// the source ranks (the trainers) write their share of the model as compressed,
+// checksummed deltas of the working-dtype bytes against a fixed baseline, rank 0
+// publishes the version with its index once every file is complete, and the engines read,
+// decode, verify and apply every file. The format is in sync/delta_format.h.
 //
-// The baseline is the bytes the engines hold at the first sync, which publishes nothing;
-// or, with sync.baseline, the HF safetensors folder the engines start from. Each source
-// rank first checks its share of the baseline against the trainer's tensors; the ranks
-// gather their errors and fail together, so none is left waiting in a collective.
+// Who is who, over comm (every rank of the job): ranks [0, source_ranks) are the trainers
+// and write, each the tensors dealt to it round-robin; the engines are every rank when
+// colocated (each rank is both), else the rollout ranks [source_ranks, size).
 //
-// Colocated today: every rank is a source (its trainer) and an engine, so the files and
-// collectives are the real ones; the engine side moves to rollout ranks later.
+// The baseline is the bytes the engines start from, the same on both sides: the run's
+// initial weights (the seeded random model or model.path) in the working dtype, or, with
+// sync.baseline, the HF safetensors folder both sides load. It is fixed for the job: the
+// trainer's weights may already differ from it (a resumed run), so the first sync takes
+// the baseline and publishes version 1 at once, which brings the engines to the
+// trainer's weights; each later sync publishes the next version against the same
+// baseline. Before anything is written each source rank validates its share of an HF
+// baseline (dtype, shape, layout, presence).
+//
+// No rank throws on its own: every failure (a baseline error, a write error, a full disk,
+// an engine's checksum mismatch) is gathered over comm and every rank fails together with
+// every failing rank's message. A version that fails while written is removed: nothing is
+// ever half-published.
+//
+// Speed: a source rank rounds the FP32 master weights to the working dtype on the device
+// (a staging buffer) and copies them once into pinned host memory; the tensors are
+// encoded, compressed and checksummed on every core; an engine decodes and verifies its
+// tensors on every core into pinned host memory and copies the slab to the device once.
 #pragma once
 #include <mpi.h>
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,49 +40,62 @@
 #include "sync/delta_format.h"
 #include "sync/weight_transport.h"
 #include "tensor/memory_pool.h"
+#include "world/pinned_memory.h"
 
 namespace tandem {
 
 struct DiskDeltaSettings {
   std::filesystem::path path;      // the shared folder of the versions
-  std::filesystem::path baseline;  // an HF folder the engines start from; empty = their first weights
+  std::filesystem::path baseline;  // an HF folder both sides load; empty = the run's initial weights
   DeltaEncoding encoding = DeltaEncoding::Xor;
   int compression_level = 1;
   int keep_versions = 2;
+  // The run's initial weights: FP32, the whole slab. Called once, by the first sync,
+  // when `baseline` is empty.
+  std::function<std::vector<float>()> initial_weights;
+  MPI_Comm comm = MPI_COMM_SELF;  // every rank of the job
+  int source_ranks = 1;           // comm's ranks [0, source_ranks) are the trainers
+  bool engine = true;             // this rank holds an engine (colocated, or a rollout rank)
 };
 
 class DiskDeltaTransport final : public WeightTransport {
  public:
-  // Collective over comm: every rank constructs it and joins every sync.
+  // Collective over settings.comm: every rank constructs it and joins every sync. `master`
+  // is a trainer's FP32 master weights, null on a rollout rank.
   DiskDeltaTransport(MemoryPool& pool, const ParameterLayout& layout, const Allocation* master, DType dtype,
-                     DiskDeltaSettings settings, MPI_Comm comm);
+                     DiskDeltaSettings settings);
   ~DiskDeltaTransport() override;
   DiskDeltaTransport(const DiskDeltaTransport&) = delete;
   DiskDeltaTransport& operator=(const DiskDeltaTransport&) = delete;
 
   TransportKind kind() const override { return TransportKind::DiskDelta; }
+  // The engine's slab; a trainer rank with rollout ranks holds none (std::logic_error).
   Tensor engine_weights() const override;
   SyncReport sync() override;
 
-  // The tensors this rank writes: the layout's tensors dealt round-robin over the ranks.
-  bool owns(size_t tensor_index) const { return static_cast<int>(tensor_index % static_cast<size_t>(size_)) == rank_; }
+  // The tensors a source rank writes: the layout's tensors dealt round-robin over them.
+  bool owns(size_t tensor_index) const {
+    return master_ && static_cast<int>(tensor_index % static_cast<size_t>(settings_.source_ranks)) == rank_;
+  }
 
  private:
   void take_baseline();
   SyncReport publish_and_apply();
-  std::span<std::byte> baseline_of(const ParameterInfo& info);
-  Tensor engine_view(const ParameterInfo& info) const;
+  void round_owned_tensors();
+  size_t apply_version(const std::filesystem::path& folder, int64_t version);
+  std::span<std::byte> bytes_of(std::span<std::byte> slab, const ParameterInfo& info) const;
 
   MemoryPool& pool_;
   const ParameterLayout& layout_;
   const Allocation* master_;
   DType dtype_;
   DiskDeltaSettings settings_;
-  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  Allocation* weights_ = nullptr;
-  std::vector<std::byte> baseline_;  // the whole slab in the working dtype, on the host
-  int64_t version_ = -1;             // -1 until the baseline is taken; then the last published
+  Allocation* weights_ = nullptr;  // the engine's slab
+  Allocation* staging_ = nullptr;  // a source rank's: its weights rounded on the device, a part at a time
+  std::vector<std::byte> baseline_;       // the whole slab in the working dtype, on the host
+  std::unique_ptr<PinnedMemory> state_;   // the new state, whole slab: a source's tensors, then the engine's
+  int64_t version_ = -1;                  // -1 until the baseline is taken; then the last published
 };
 
 }  // namespace tandem

@@ -8,6 +8,18 @@
 
 namespace tandem {
 
+bool has_reward_spread(std::span<const double> group_rewards, double min_std) { return reward_std(group_rewards) > min_std; }
+
+int64_t BatchDecision::decided_by(std::span<const double> rewards) const {
+  if (needed <= 0) return 0;
+  const auto size = static_cast<size_t>(group_size);
+  int64_t counted = 0;
+  for (size_t start = 0; start + size <= rewards.size(); start += size)
+    if ((!spread_only || has_reward_spread(rewards.subspan(start, size), min_std)) && ++counted == needed)
+      return static_cast<int64_t>(start / size) + 1;
+  return 0;
+}
+
 DynamicSampling::DynamicSampling(const DynamicSamplingSettings& settings) : settings_(settings) {
   const auto require_positive = [](int64_t value, const char* name) {
     if (value < 1)
@@ -35,7 +47,7 @@ std::vector<int64_t> DynamicSampling::offer(std::span<const double> rewards) {
   ++rounds_;
   std::vector<int64_t> kept;
   for (size_t start = 0; start < rewards.size(); start += group_size) {
-    if (!(reward_std(rewards.subspan(start, group_size)) > settings_.min_std)) {
+    if (!has_reward_spread(rewards.subspan(start, group_size), settings_.min_std)) {
       ++dropped_flat_;
     } else if (full()) {
       ++surplus_;

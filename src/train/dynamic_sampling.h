@@ -8,6 +8,24 @@
 
 namespace tandem {
 
+// When a round's leading groups decide the step's batch: once they hold, in prompt order,
+// `needed` groups that count (those with a reward spread when spread_only, else every
+// one), the groups after the one that fills the batch cannot change it, so a round with
+// over-sampling ends there and aborts the requests still in flight.
+struct BatchDecision {
+  int64_t needed = 0;  // 0: the round is never decided early, it is drawn whole
+  int64_t group_size = 1;
+  bool spread_only = false;
+  double min_std = 1e-8;
+
+  // How many leading groups decide the batch, given the rewards of a run of complete
+  // leading groups (group_size each, in prompt order); 0 while they do not decide it.
+  int64_t decided_by(std::span<const double> rewards) const;
+};
+
+// Whether a group's rewards differ: its reward std exceeds min_std.
+bool has_reward_spread(std::span<const double> group_rewards, double min_std);
+
 struct DynamicSamplingSettings {
   int64_t batch_groups = 1;          // groups (prompts) one training step wants
   int64_t group_size = 1;            // samples per prompt
@@ -29,6 +47,11 @@ class DynamicSampling {
   // positions, within this round, of the groups kept for the batch: those with a spread,
   // in order, until the batch is full. The rest are dropped (flat) or surplus.
   std::vector<int64_t> offer(std::span<const double> rewards);
+
+  // The decision of the next round: the groups still missing from the batch.
+  BatchDecision next_decision(bool spread_only) const {
+    return {settings_.batch_groups - kept_, settings_.group_size, spread_only, settings_.min_std};
+  }
 
   bool full() const { return kept_ == settings_.batch_groups; }
   int64_t kept() const { return kept_; }

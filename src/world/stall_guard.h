@@ -1,6 +1,8 @@
 // Waiting for the other ranks without a busy loop, and naming the rank that stops answering.
-// The step's MPI collectives run non-blocking and wait here, testing with sleeps that grow
-// to a millisecond (a SIGSTOPped or hung rank no longer keeps the others at 100% CPU).
+// The step's MPI collectives run non-blocking and wait here: until every rank has arrived
+// (an MPI_Ibarrier beside the collective), testing with sleeps that grow to a millisecond
+// (a SIGSTOPped or hung rank no longer keeps the others at 100% CPU); from then on,
+// testing without sleeps, since MPI moves a large message only while it is called.
 // Each guarded collective also passes a token around the ring of its communicator's ranks,
 // so when one does not complete within world.stall-timeout the rank after the silent one
 // names it and the collective it did not reach, and the job ends (exit code 1). Each
@@ -9,6 +11,8 @@
 // the same collective.
 #pragma once
 #include <mpi.h>
+
+#include <functional>
 
 namespace tandem {
 
@@ -21,8 +25,10 @@ void guard_collectives_on(MPI_Comm comm);
 void stop_guarding(MPI_Comm comm);
 
 // Waits for `request` (a non-blocking collective on every rank of comm: `what` names it
-// in the report). A communicator that is not guarded waits without tokens.
-void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm);
+// in the report). A communicator that is not guarded waits without tokens. `between_tests`
+// runs after each test that finds the request pending: work that must go on meanwhile,
+// such as receiving the messages the other ranks send before they join.
+void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const std::function<void()>& between_tests = {});
 
 // MPI_Allreduce and MPI_Allgather that wait through wait_for_ranks.
 void all_reduce(const void* send, void* receive, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* what);

@@ -16,6 +16,21 @@ StopPoint::StopPoint(MPI_Comm comm, std::optional<std::time_t> deadline)
 
 void StopPoint::note_checkpoint_seconds(double seconds) { longest_checkpoint_ = std::max(longest_checkpoint_, seconds); }
 
+double StopPoint::seconds_left() const {
+  return std::chrono::duration<double>(std::chrono::system_clock::from_time_t(*deadline_) - std::chrono::system_clock::now()).count();
+}
+
+std::string StopPoint::cut_reason() const {
+  if (const int signal = stop_signal_received()) return signal_name(signal) + " received";
+  if (!deadline_) return "";
+  // Until a checkpoint was measured, count one as long as the longest step, as agree() does.
+  const double checkpoint = longest_checkpoint_ >= 0 ? longest_checkpoint_ : longest_step_;
+  const double left = seconds_left();
+  if (left > checkpoint) return "";
+  return "the time limit is near (" + format_fixed(std::max(0.0, left), 0) + " s left, a checkpoint takes up to " +
+         format_fixed(checkpoint, 1) + " s)";
+}
+
 bool StopPoint::agree() {
   const auto now = std::chrono::steady_clock::now();
   longest_step_ = std::max(longest_step_, std::chrono::duration<double>(now - last_boundary_).count());
@@ -26,8 +41,7 @@ bool StopPoint::agree() {
   if (deadline_) {
     // Until a checkpoint was measured, count one as long as the longest step.
     margin = longest_step_ + (longest_checkpoint_ >= 0 ? longest_checkpoint_ : longest_step_);
-    // To the microsecond: std::time's whole seconds would overstate what is left by up to one.
-    left = std::chrono::duration<double>(std::chrono::system_clock::from_time_t(*deadline_) - std::chrono::system_clock::now()).count();
+    left = seconds_left();
     wishes[1] = left < margin;
   }
   if (wishes[0] && !told_signal_) {

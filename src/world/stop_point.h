@@ -19,6 +19,10 @@ class StopPoint {
 
   // Collective, at each step boundary: true when every rank stops after this step.
   bool agree();
+  // Whether to cut the step in flight, on this rank alone (trainer rank 0 asks while the
+  // rollout ranks generate): why, when this rank received a stop signal or the time left
+  // before the deadline holds no more than a checkpoint; else "".
+  std::string cut_reason() const;
   // The seconds the checkpoint of this step took, for the margin left before the deadline.
   void note_checkpoint_seconds(double seconds);
   // Why the ranks stopped ("SIGTERM", "the time limit ..."); empty until agree() says stop.
@@ -26,6 +30,9 @@ class StopPoint {
   std::optional<std::time_t> deadline() const { return deadline_; }
 
  private:
+  // To the microsecond: std::time's whole seconds would overstate what is left by up to one.
+  double seconds_left() const;
+
   MPI_Comm comm_;
   std::optional<std::time_t> deadline_;
   std::chrono::steady_clock::time_point last_boundary_;

@@ -332,6 +332,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StartStopPoint);
   StopPoint stop_point(job_comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
+  // The first checkpoint's pinned snapshot is allocated beside the first rollout, not at
+  // the checkpoint (the memory plan counts it in every step's phases).
+  if (checkpoint_every > 0 || last_step < steps) checkpoint_writer.prepare_snapshot();
   std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
   size_t derived_not_copied = 0;  // by one offload of the trainer
   PhaseMemory phase_memory(*pool);

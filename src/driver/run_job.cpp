@@ -350,7 +350,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     ScopedPhase phase(timers, "checkpoint");
     const auto checkpoint_start = std::chrono::steady_clock::now();
     const double msync_seconds = state_file ? state_file->sync() : 0.0;
-    const auto states = all_gather_strings(comm, rng_state(rng));
+    const auto states = all_gather_strings(comm, rng_state(rng), "the gathering of the ranks' generator states for a checkpoint");
     checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
     checkpointed_step = step;
     // A stop must leave time for the writer to finish as well.

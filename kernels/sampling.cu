@@ -1,5 +1,7 @@
 #include <cuda_bf16.h>
 
+#include <cfloat>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -46,15 +48,19 @@ struct Row {
   float temperature;  // 1 when greedy
   float max;          // of z = x / temperature
   bool packed;        // the row's packs are 16-byte aligned
-  // Divided, not multiplied by 1/T, and expf, not __expf: the CPU twin's arithmetic.
-  __device__ float z(int64_t i) const { return to_float(x[i]) / temperature; }
+  // Divided, not multiplied by 1/T, and expf, not __expf: the CPU twin's arithmetic. x / 1
+  // is x exactly, and a division per token costs as much as the read of the row.
+  __device__ float z_of(float x_i) const { return temperature == 1.f ? x_i : x_i / temperature; }
+  __device__ float z(int64_t i) const { return z_of(to_float(x[i])); }
   __device__ float weight(int64_t i) const { return expf(z(i) - max); }
+  __device__ void z_of_pack(const Pack<T>& pack, float (&out)[kPerLane]) const {
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) out[e] = z_of(to_float(pack.v[e]));
+  }
   // z of tokens [i, i + kPerLane), -inf past the row's end.
   __device__ void load_z(int64_t i, float (&out)[kPerLane]) const {
     if (packed && i + kPerLane <= V) {
-      const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(x + i);
-#pragma unroll
-      for (int e = 0; e < kPerLane; ++e) out[e] = to_float(pack.v[e]) / temperature;
+      z_of_pack(*reinterpret_cast<const Pack<T>*>(x + i), out);
     } else {
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) out[e] = i + e < V ? z(i + e) : -INFINITY;
@@ -104,9 +110,16 @@ __device__ double warp_inclusive_scan(double v) {
 // What the first kernel finds in each tile of kTile tokens of a row, for the second to
 // combine: max and first argmax of z, and the FP64 sum of expf(z - tile max), which the
 // second rescales to the row's max (the same weights up to the last bit of each term).
-constexpr int kTile = kThreads * kPerLane;
+// A CTA of the first kernel reads kTilePacks packs a thread, all in flight before the
+// first is used, and reduces with two barriers: one read of the row at the copy rate
+// needs that many bytes in flight, and little else per CTA.
+constexpr int kTileThreads = 256;
+constexpr int kTileWarps = kTileThreads / 32;
+constexpr int kTilePacks = 4;
+constexpr int kTile = kTileThreads * kTilePacks * kPerLane;  // 8192 tokens, 32 chunks
 constexpr int64_t kMaxTiles = kMaxVocab / kTile;
 static_assert(kMaxTiles <= kThreads, "one thread per tile combines a row");
+static_assert(kTile % kChunk == 0, "a tile is whole chunks");
 struct TileStats {
   double mass;
   float max;
@@ -114,35 +127,82 @@ struct TileStats {
   int32_t bad;    // a NaN or +inf
 };
 
-// Grid (tiles, B): thread t of a tile owns its tokens [kPerLane t, kPerLane (t + 1)).
-// Many CTAs per row, so reading the logits runs at the bandwidth of the whole GPU.
+// Grid (B, tiles): pack p of thread t holds tokens kPerLane (p kTileThreads + t) + [0,
+// kPerLane) of the tile, so a warp's packs are 512 contiguous bytes of BF16.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kTileThreads)
     tile_stats_kernel(TileStats* stats, const T* logits, int64_t V, bool packed, const float* temperatures) {
+  __shared__ float warp_max[kTileWarps];
+  __shared__ int32_t warp_first[kTileWarps];
+  __shared__ bool warp_bad[kTileWarps];
+  __shared__ double warp_mass[kTileWarps];
   const int64_t r = blockIdx.x;  // rows on x: y and z stop at 65535
   const float temperature = temperatures[r];
   const Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
-  const int64_t start = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.x * kPerLane;
-  float z[kPerLane];
-  row.load_z(start, z);
-  float m = -INFINITY;
-  int64_t index = V;
-  int bad = 0;
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * kTile;
+  auto start_of = [&](int p) { return tile + (p * kTileThreads + threadIdx.x) * kPerLane; };
+  float z[kTilePacks][kPerLane];
+  if (packed && tile + kTile <= V) {  // every pack whole: the loads go out together
+    Pack<T> packs[kTilePacks];
 #pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    bad |= isnan(z[e]) || z[e] == INFINITY;
-    if (z[e] > m) m = z[e], index = start + e;
+    for (int p = 0; p < kTilePacks; ++p) packs[p] = *reinterpret_cast<const Pack<T>*>(row.x + start_of(p));
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) row.z_of_pack(packs[p], z[p]);
+  } else {
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) row.load_z(start_of(p), z[p]);
   }
-  bad = __syncthreads_or(bad);
-  const float max = block_reduce(m, [](float a, float b) { return fmaxf(a, b); });
-  const int64_t first = block_reduce(m == max ? index : V, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  double mass = 0;
-  if (max > -INFINITY)
+  // Per token only a max and a flag: the tile's first argmax is looked for after its max is
+  // known, by the threads that hold it. FP32 sums of a pack's 8 weights, FP64 beyond: a
+  // conversion to FP64 per token would cost more than the read.
+  float m = -INFINITY;
+  bool bad = false;
 #pragma unroll
-    for (int e = 0; e < kPerLane; ++e) mass += expf(z[e] - max);
-  mass = block_sum(mass);
-  if (threadIdx.x == 0)
-    stats[r * kMaxTiles + blockIdx.y] = {mass, max, static_cast<int32_t>(first), bad};
+  for (int p = 0; p < kTilePacks; ++p)
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      bad |= !(z[p][e] <= FLT_MAX);  // NaN or +inf
+      m = fmaxf(m, z[p][e]);
+    }
+  float max = m;
+  for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
+  bad = __any_sync(kAll, bad);
+  if (lane_id() == 0) warp_max[warp_id()] = max, warp_bad[warp_id()] = bad;
+  __syncthreads();
+  max = warp_max[0];
+  for (int w = 1; w < kTileWarps; ++w) max = fmaxf(max, warp_max[w]);
+  double mass = 0;
+  int32_t first = static_cast<int32_t>(V);
+  if (max > -INFINITY) {
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) {
+      float pack_mass = 0;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) pack_mass += expf(z[p][e] - max);
+      mass += pack_mass;
+    }
+    if (m == max)  // this thread's tokens in index order: the first of equal maxima
+#pragma unroll
+      for (int p = kTilePacks - 1; p >= 0; --p)
+#pragma unroll
+        for (int e = kPerLane - 1; e >= 0; --e)
+          if (z[p][e] == max) first = static_cast<int32_t>(start_of(p) + e);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    mass += __shfl_xor_sync(kAll, mass, offset);
+    first = min(first, __shfl_xor_sync(kAll, first, offset));
+  }
+  if (lane_id() == 0) warp_mass[warp_id()] = mass, warp_first[warp_id()] = first;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    TileStats out{0, max, static_cast<int32_t>(V), 0};
+    for (int w = 0; w < kTileWarps; ++w) {
+      out.mass += warp_mass[w];
+      out.first = min(out.first, warp_first[w]);
+      out.bad |= warp_bad[w];
+    }
+    stats[r * kMaxTiles + blockIdx.y] = out;
+  }
 }
 
 // The weight bits of the last token kept, in the CPU's order, when keeping tokens while
@@ -378,7 +438,7 @@ __device__ int64_t pick_in_chunk(const Row<T>& row, Cut cut, Located chunk, doub
 // A truncated draw finds its cut with passes over the row, then sums the kept weights of
 // every chunk.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t* ids, float* logprobs, const TileStats* stats, const T* logits, int64_t V, bool packed,
                   const float* temperatures, const int32_t* top_ks, const float* top_ps, const float* uniforms) {
   extern __shared__ double chunk_mass[];
@@ -462,7 +522,7 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   auto* stats = reinterpret_cast<TileStats*>(workspace.data);
   auto launch = [&](auto* data) {
     const bool packed = reinterpret_cast<uintptr_t>(data) % 16 == 0 && V * sizeof(*data) % 16 == 0;
-    tile_stats_kernel<<<dim3(static_cast<unsigned>(B), tiles), kThreads, 0, stream>>>(stats, data, V, packed,
+    tile_stats_kernel<<<dim3(static_cast<unsigned>(B), tiles), kTileThreads, 0, stream>>>(stats, data, V, packed,
                                                                                        temperature.ptr<float>());
     sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
         ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, data, V, packed, temperature.ptr<float>(),

@@ -1,4 +1,5 @@
-// Token sampling on the GPU, FP32 weights with FP64 sums: the twin of the CPU Sampler
+// Token sampling on the GPU, FP32 weights with FP64 sums (but for the first kernel's
+// tile sums, which add FP32 sums of 8 consecutive weights): the twin of the CPU Sampler
 // (src/rollout/sampler.h), fed the same uniform numbers drawn on the host from each
 // request's own stream.
 //
@@ -17,7 +18,7 @@
 // A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
 //
 // Two kernels: the first reads the logits once with many CTAs per row (max, argmax and the
-// sum of weights of each tile of 4096 tokens, into the workspace); the second, one CTA
+// sum of weights of each tile of 8192 tokens, into the workspace); the second, one CTA
 // per row, combines the tiles, which settles greedy rows, and reads only the tile and chunk
 // a full-vocabulary draw lands in; truncated rows make their passes there.
 // No allocation, no synchronisation, launch configuration from (B, V) alone: the call can

@@ -58,14 +58,17 @@ inline void checkpoint_at(CheckpointWriter& writer, Trainer& trainer, int64_t st
 }
 
 // Synchronous and background checkpoints of steps 4 and 8 from a trainer on `device`
-// are the same files, and hold the snapshot's state, not what the trainer moved on to.
+// are the same files, and hold the snapshot's state, not what the trainer moved on to;
+// so are those of a background writer whose snapshot buffer was prepared on its own
+// thread beforehand.
 inline void expect_background_checkpoints_match_synchronous_ones(Device device) {
   TempDir dir;
   namespace fs = std::filesystem;
-  for (const bool background : {false, true}) {
-    const fs::path folder = dir / (background ? "async" : "sync");
+  for (const std::string mode : {"sync", "async", "prepared"}) {
+    const fs::path folder = dir / mode;
     Trainer trainer(folder, device);
-    CheckpointWriter writer({folder, 2, background}, trainer.checkpoint, device);
+    CheckpointWriter writer({folder, 2, mode != "sync"}, trainer.checkpoint, device);
+    if (mode == "prepared") writer.prepare_snapshot();
     checkpoint_at(writer, trainer, 4);
     checkpoint_at(writer, trainer, 8);  // waits for step 4's writer first
     writer.wait();
@@ -73,11 +76,14 @@ inline void expect_background_checkpoints_match_synchronous_ones(Device device) 
   }
   for (const int step : {4, 8}) {
     const std::string sync = tandem::testing::read_text(dir / "sync" / checkpoint_file_name(step));
-    const std::string async = tandem::testing::read_text(dir / "async" / checkpoint_file_name(step));
     ASSERT_GT(sync.size(), 3 * sizeof(float) * static_cast<size_t>(ParameterLayout(small_model()).slab_elements()));
-    size_t first = 0;
-    while (first < std::min(sync.size(), async.size()) && sync[first] == async[first]) ++first;
-    EXPECT_TRUE(sync == async) << "step " << step << ": the files differ from byte " << first << " of " << sync.size();
+    for (const char* mode : {"async", "prepared"}) {
+      const std::string async = tandem::testing::read_text(dir / mode / checkpoint_file_name(step));
+      size_t first = 0;
+      while (first < std::min(sync.size(), async.size()) && sync[first] == async[first]) ++first;
+      EXPECT_TRUE(sync == async) << mode << ", step " << step << ": the files differ from byte " << first << " of "
+                                 << sync.size();
+    }
   }
   Trainer expected(dir / "expected");
   expected.set_step(8);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "io/run_file_copy.h"
+#include "world/gpu.h"
 
 namespace tandem {
 
@@ -40,6 +41,18 @@ std::optional<double> CheckpointWriter::take_finished_write() {
   return write_seconds_;
 }
 
+size_t CheckpointWriter::snapshot_bytes() const { return trainer_.host_floats() * sizeof(float); }
+
+void CheckpointWriter::prepare_snapshot() {
+  if (!settings_.root || !settings_.background || buffer_ || preparing_.valid()) return;
+  // On this thread's GPU: a new thread would register the memory with GPU 0's context.
+  const int gpu = device_ == Device::CUDA ? bound_gpu() : -1;
+  preparing_ = std::async(std::launch::async, [bytes = snapshot_bytes(), device = device_, gpu] {
+    if (gpu >= 0) bind_gpu(gpu);
+    return std::make_unique<PinnedMemory>(bytes, device);
+  });
+}
+
 void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::string& deck_text,
                                 std::vector<std::string> rng_states) {
   join();
@@ -47,7 +60,8 @@ void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::st
     trainer_.gather_into(nullptr);  // this rank's shard goes to rank 0's snapshot
     return;
   }
-  const size_t bytes = trainer_.host_floats() * sizeof(float);
+  const size_t bytes = snapshot_bytes();
+  if (preparing_.valid()) buffer_ = preparing_.get();  // rethrows the allocation's failure
   // Pinned and kept in the background mode (the copy then runs at the bus's rate and
   // pays for the allocation once); plain memory for one checkpoint otherwise.
   if (!buffer_ || buffer_->bytes() != bytes)

@@ -106,13 +106,23 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
                   format_bytes(3.0 * layout.slab_bytes(DType::F32)) +
                       (deck.get<bool>("run.checkpoint-async") ? " held from the first checkpoint on" : " during each checkpoint")});
   rows.push_back({"gradients (FP32)", format_bytes(layout.slab_bytes(DType::F32))});
+  const std::string kv_cache = format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
+                               (deck.get<double>("rollout.kv-cache-fraction") > 0
+                                    ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
+                                    : "");
+  if (roles.split()) {
+    // Each side on its own GPUs: no engine beside a trainer, nothing handed off.
+    rows.push_back({"working copy", format_bytes(layout.slab_bytes(working_dtype))});
+    rows.push_back({"each rollout rank: weights + KV cache",
+                    format_bytes(layout.slab_bytes(working_dtype)) + " + " + kv_cache});
+    rows.push_back({"weight sync", deck.text("sync.transport") + ", from the " + std::to_string(roles.trainers()) +
+                                       " trainer ranks to the " + std::to_string(roles.engines()) + " rollout ranks"});
+    return format_box("tandem setup", rows);
+  }
   const bool alias = deck.get<std::string>("sync.transport") == "alias";
   rows.push_back({alias ? "working copy (the engine reads it)" : "working + engine copies",
                   format_bytes((alias ? 1.0 : 2.0) * layout.slab_bytes(working_dtype))});
-  rows.push_back({"KV cache", format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
-                                  (deck.get<double>("rollout.kv-cache-fraction") > 0
-                                       ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
-                                       : "")});
+  rows.push_back({"KV cache", kv_cache});
   rows.push_back({"offload", "train " + deck.text("memory.offload-train") + ", rollout " + deck.text("memory.offload-rollout") +
                                  " (" + deck.text("memory.offload-rollout-level") + "), peak on " +
                                  deck.text("memory.colocate-memory-peak-device")});
@@ -322,6 +332,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StartStopPoint);
   StopPoint stop_point(job_comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
+  // The first checkpoint's pinned snapshot is allocated beside the first rollout, not at
+  // the checkpoint (the memory plan counts it in every step's phases).
+  if (checkpoint_every > 0 || last_step < steps) checkpoint_writer.prepare_snapshot();
   std::map<std::string, PhasePeak> measured{{"startup", *startup_peak}};  // the largest of each phase
   size_t derived_not_copied = 0;  // by one offload of the trainer
   PhaseMemory phase_memory(*pool);
@@ -337,7 +350,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     ScopedPhase phase(timers, "checkpoint");
     const auto checkpoint_start = std::chrono::steady_clock::now();
     const double msync_seconds = state_file ? state_file->sync() : 0.0;
-    const auto states = all_gather_strings(comm, rng_state(rng));
+    const auto states = all_gather_strings(comm, rng_state(rng), "the gathering of the ranks' generator states for a checkpoint");
     checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
     checkpointed_step = step;
     // A stop must leave time for the writer to finish as well.

@@ -113,7 +113,7 @@ std::vector<SampledGroup> read_groups(std::string_view bytes) {
 
 std::vector<SampledGroup> all_gather_groups(MPI_Comm comm, const std::vector<SampledGroup>& mine) {
   std::vector<SampledGroup> all;
-  for (const std::string& bytes : all_gather_strings(comm, write_groups(mine))) {
+  for (const std::string& bytes : all_gather_strings(comm, write_groups(mine), "the gathering of the kept groups")) {
     std::vector<SampledGroup> theirs = read_groups(bytes);
     all.insert(all.end(), std::make_move_iterator(theirs.begin()), std::make_move_iterator(theirs.end()));
   }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tensor/memory_pool_backend.h"
+#include "tensor/pinned_host.h"
 
 namespace tandem {
 
@@ -158,17 +159,15 @@ class CudaMemoryBackend final : public MemoryPoolBackend {
     driver_.check(driver_.unmap(address(base), bytes), "cuMemUnmap of " + std::to_string(bytes) + " bytes");
   }
 
+  // Mapped: kernels may read an offloaded copy in place (MemoryPool::readable_data).
   void* host_alloc(size_t bytes) override {
     OnDevice on(index_);
-    void* host = nullptr;
-    // Mapped: kernels may read an offloaded copy in place (MemoryPool::readable_data).
-    check(cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes");
-    return host;
+    return allocate_pinned_host(bytes, /*device_mapped=*/true);
   }
 
-  void host_free(void* host, size_t /*bytes*/) override {
+  void host_free(void* host, size_t bytes) override {
     OnDevice on(index_);
-    check(cudaFreeHost(host), "cudaFreeHost");
+    free_pinned_host(host, bytes);
   }
 
   void copy_to_host(void* host, const void* device, size_t bytes) override {

@@ -28,6 +28,11 @@ void bind_gpu(int device) {
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaFree(nullptr), "creating the CUDA context");
 }
+int bound_gpu() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
 
 GpuInfo gpu_info(int device) {
   cudaDeviceProp properties{};
@@ -58,6 +63,7 @@ int gpu_count() { return 0; }
 size_t gpu_free_memory() { throw std::runtime_error("this tandem was built without CUDA"); }
 size_t gpu_used_memory() { throw std::runtime_error("this tandem was built without CUDA"); }
 void bind_gpu(int) { throw std::runtime_error("this tandem was built without CUDA"); }
+int bound_gpu() { throw std::runtime_error("this tandem was built without CUDA"); }
 GpuInfo gpu_info(int) { throw std::runtime_error("this tandem was built without CUDA"); }
 #endif
 

@@ -7,6 +7,7 @@ namespace tandem {
 
 int gpu_count();  // 0 when built without CUDA or when no driver/device is usable
 void bind_gpu(int device);
+int bound_gpu();  // the GPU this thread is bound to (a new thread: 0), for another to bind
 struct GpuInfo {
   std::string name;
   size_t total_bytes = 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #ifdef TANDEM_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "tensor/pinned_host.h"
 #endif
 
 namespace tandem {
@@ -14,11 +14,8 @@ namespace tandem {
 PinnedMemory::PinnedMemory(size_t bytes, Device device) : bytes_(bytes) {
 #ifdef TANDEM_HAVE_CUDA
   if (device == Device::CUDA) {
-    const cudaError_t status = cudaHostAlloc(&data_, bytes, cudaHostAllocPortable);
-    if (status != cudaSuccess)
-      throw std::runtime_error("cudaHostAlloc of " + std::to_string(bytes) + " pinned bytes: " + cudaGetErrorString(status));
+    data_ = allocate_pinned_host(bytes, /*device_mapped=*/false);
     pinned_ = true;
-    std::memset(data_, 0, bytes);
     return;
   }
 #endif
@@ -33,7 +30,7 @@ PinnedMemory::PinnedMemory(size_t bytes, Device device) : bytes_(bytes) {
 PinnedMemory::~PinnedMemory() {
 #ifdef TANDEM_HAVE_CUDA
   if (pinned_) {
-    cudaFreeHost(data_);
+    free_pinned_host(data_, bytes_);
     return;
   }
 #endif

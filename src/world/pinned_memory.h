@@ -1,5 +1,5 @@
 // Zeroed host memory for a buffer the GPU copies to and from at DMA rate: page-locked
-// (cudaHostAlloc) when the job runs on CUDA, plain memory on the CPU backend.
+// (allocate_pinned_host) when the job runs on CUDA, plain memory on the CPU backend.
 #pragma once
 #include <cstddef>
 

@@ -9,30 +9,33 @@
 #include <thread>
 
 #include "world/gpu.h"
+#include "world/stall_guard.h"
 
 namespace tandem {
 
-std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine) {
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine, const char* what) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(size), offsets(size);
-  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm);
+  all_gather(&length, 1, MPI_INT, lengths.data(), comm, what);
   int total = 0;
   for (int r = 0; r < size; ++r) {
     offsets[r] = total;
     total += lengths[r];
   }
   std::string all(total, '\0');
-  MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm);
+  MPI_Request request;
+  MPI_Iallgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm, &request);
+  wait_for_ranks(request, what, comm);
   std::vector<std::string> result(size);
   for (int r = 0; r < size; ++r) result[r] = all.substr(offsets[r], lengths[r]);
   return result;
 }
 
 void fail_together(MPI_Comm comm, const std::string& local_error, ExitCode code, const std::string& context) {
-  const auto errors = all_gather_strings(comm, local_error);
-  const auto codes = all_gather_strings(comm, std::to_string(static_cast<int>(code)));
+  const auto errors = all_gather_strings(comm, local_error, "the gathering of errors");
+  const auto codes = all_gather_strings(comm, std::to_string(static_cast<int>(code)), "the gathering of errors");
   const auto failed = std::find_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); });
   if (failed == errors.end()) return;
   const ExitCode first_code = static_cast<ExitCode>(std::stoi(codes[failed - errors.begin()]));

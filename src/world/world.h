@@ -76,7 +76,8 @@ void fail_together_on_error(MPI_Comm comm, Work&& work) {
   fail_together(comm, error, code);
 }
 
-// Gathers one string per rank to every rank.
-std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine);
+// Gathers one string per rank to every rank, waiting through the stall guard (`what` names
+// the gathering when a rank does not arrive).
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine, const char* what = "a gathering of messages");
 
 }  // namespace tandem

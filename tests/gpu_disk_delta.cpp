@@ -1,14 +1,14 @@
 // disk-delta on a GPU in BF16: its baseline (the initial weights) is rounded to BF16 on
 // the host, its versions and the copy transport's weights on the device. The roundings
 // must agree bit for bit, so a disk-delta run's metrics equal a copy run's, and the newest
-// version decodes to the BF16 rounding of the final master weights.
+// version, applied onto the rounding of the previous step's master weights, decodes to the
+// rounding of the final ones.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "disk_delta_support.h"
 #include "gpu_support.h"
-#include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "tensor/bf16.h"
 
@@ -44,24 +44,12 @@ TEST(GpuDiskDelta, Bf16RunMatchesCopyAndDecodesToTheMasterWeights) {
   for (const std::string& metric : copy.metric_names())
     if (!is_transport_specific(metric)) EXPECT_EQ(copy.metric(metric), delta.metric(metric)) << metric;
 
-  // The baseline: the engines' first weights, the BF16 rounding of the model folder's.
+  // The newest version is a delta against the one before: applied onto the BF16 rounding
+  // of the previous step's master weights, it gives the rounding of the last step's.
   const SafetensorsCheckpoint model(dir / "model");
-  TempDir rounded;
-  std::vector<std::vector<std::byte>> bytes;
-  std::vector<SafetensorsTensor> tensors;
-  bytes.reserve(model.names().size());
-  for (const std::string& name : model.names()) {
-    bytes.push_back(to_bf16(model.file_of(name)->bytes(name)));
-    tensors.push_back({name, DType::BF16, model.file_of(name)->entry(name).shape, bytes.back().data()});
-  }
-  write_safetensors(rounded / kSafetensorsSingleName, tensors);
-  const SafetensorsCheckpoint baseline(rounded.path());
-  const auto decoded = decode_version(delta_version_folder(dir / "disk-delta" / "weights", kDiskDeltaNewestVersion), baseline);
-  const Checkpoint checkpoint = Checkpoint::open(dir / "disk-delta" / checkpoint_file_name(kDiskDeltaSteps));
-  for (const auto& [tensor, state] : decoded) {
-    const auto& shape = model.file_of(tensor)->entry(tensor).shape;
-    std::vector<std::byte> master(state.size() * 2);
-    checkpoint.read_tensor("master." + tensor, Tensor::view(master.data(), DType::F32, Device::CPU, shape));
-    EXPECT_TRUE(to_bf16(master) == state) << tensor;
-  }
+  TensorBytes state = master_weights(dir / "disk-delta", kDiskDeltaSteps - 1, model);
+  for (auto& [tensor, bytes] : state) bytes = to_bf16(bytes);
+  apply_version(delta_version_folder(dir / "disk-delta" / "weights", kDiskDeltaNewestVersion), state);
+  for (const auto& [tensor, bytes] : master_weights(dir / "disk-delta", kDiskDeltaSteps, model))
+    EXPECT_TRUE(to_bf16(bytes) == state.at(tensor)) << tensor;
 }

@@ -20,7 +20,9 @@
 using namespace tandem;
 using tandem::testing::run_command;
 using tandem::testing::TempDir;
-using tandem::testing::decode_version;
+using tandem::testing::apply_version;
+using tandem::testing::master_weights;
+using tandem::testing::TensorBytes;
 using tandem::testing::is_transport_specific;
 using tandem::testing::kDiskDeltaNewestVersion;
 using tandem::testing::kDiskDeltaSteps;
@@ -61,9 +63,12 @@ void write_wrong_baseline(const fs::path& from, const fs::path& to, const std::s
 }
 
 // Run `name` (a disk-delta run of `sources` trainer ranks) against a copy-transport run:
-// every metric but the transport's own (and the handoffs', which rollout ranks have none of) is equal; each step has a delta; the last two
-// versions are kept, each with a file per source rank, and the newest decodes to the final
-// checkpoint's master weights (FP32 on the CPU) bit for bit.
+// every metric but the transport's own (and the handoffs', which rollout ranks have none of)
+// is equal; each step publishes a version, and the last two are kept, each with a file per
+// source rank. Version v is a delta against v - 1 (a rolling baseline): applied onto step v
+// - 1's master weights (FP32 on the CPU: the checkpoint's) it gives step v's bit for bit,
+// and its changed bytes and the step's density are step v's change alone; the newest
+// version applied onto the baseline does not decode (xor).
 void expect_disk_delta_run_matches_copy(const TempDir& dir, const std::string& copy_name, const std::string& name, int sources,
                                         bool rollout_ranks) {
   const RunFile copy_run = RunFile::open(dir / copy_name / kRunFileName);
@@ -84,23 +89,30 @@ void expect_disk_delta_run_matches_copy(const TempDir& dir, const std::string& c
   }
 
   const fs::path weights = dir / name / "weights";
-  const SafetensorsCheckpoint baseline(dir / "model");
+  const SafetensorsCheckpoint model(dir / "model");
   EXPECT_FALSE(fs::exists(delta_version_folder(weights, kDiskDeltaNewestVersion - 2)));
-  const DeltaIndex index = read_delta_index(delta_version_folder(weights, kDiskDeltaNewestVersion));
-  EXPECT_EQ(index.version, kDiskDeltaNewestVersion);
-  EXPECT_EQ(index.base_version, 0);
-  for (int r = 0; r < sources; ++r)
-    EXPECT_TRUE(fs::exists(delta_version_folder(weights, kDiskDeltaNewestVersion) / delta_file_name(r, sources))) << r;
-  EXPECT_FALSE(fs::exists(delta_version_folder(weights, kDiskDeltaNewestVersion) / delta_file_name(sources, sources + 1)));
-  decode_version(delta_version_folder(weights, kDiskDeltaNewestVersion - 1), baseline);
-  const auto decoded = decode_version(delta_version_folder(weights, kDiskDeltaNewestVersion), baseline);
-  const Checkpoint checkpoint = Checkpoint::open(dir / name / checkpoint_file_name(kDiskDeltaSteps));
-  ASSERT_EQ(decoded.size(), baseline.names().size());
-  for (const auto& [tensor, bytes] : decoded) {
-    const SafetensorsEntry& entry = baseline.file_of(tensor)->entry(tensor);
-    std::vector<std::byte> master(bytes.size());
-    checkpoint.read_tensor("master." + tensor, Tensor::view(master.data(), DType::F32, Device::CPU, entry.shape));
-    EXPECT_TRUE(master == bytes) << tensor;
+  for (int version = kDiskDeltaNewestVersion - 1; version <= kDiskDeltaNewestVersion; ++version) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    const fs::path folder = delta_version_folder(weights, version);
+    const DeltaIndex index = read_delta_index(folder);
+    EXPECT_EQ(index.version, version);
+    EXPECT_EQ(index.base_version, version - 1);
+    for (int r = 0; r < sources; ++r) EXPECT_TRUE(fs::exists(folder / delta_file_name(r, sources))) << r;
+    EXPECT_FALSE(fs::exists(folder / delta_file_name(sources, sources + 1)));
+    TensorBytes state = master_weights(dir / name, version - 1, model);
+    const TensorBytes expected = master_weights(dir / name, version, model);
+    size_t differing = 0, total = 0;
+    for (const auto& [tensor, bytes] : expected) {
+      total += bytes.size();
+      for (size_t k = 0; k < bytes.size(); ++k) differing += bytes[k] != state.at(tensor)[k];
+    }
+    EXPECT_EQ(apply_version(folder, state), differing);
+    EXPECT_NEAR(density[version - 1], static_cast<double>(differing) / static_cast<double>(total), 1e-9);
+    for (const auto& [tensor, bytes] : expected) EXPECT_TRUE(state.at(tensor) == bytes) << tensor;
+    if (index.encoding == DeltaEncoding::Xor && version == kDiskDeltaNewestVersion) {
+      TensorBytes baseline = tandem::testing::tensor_bytes(model);
+      EXPECT_THROW(apply_version(folder, baseline), std::runtime_error);
+    }
   }
 }
 
@@ -196,44 +208,92 @@ TEST(CliDiskDelta, BaselineErrorOnOneRankStopsEveryRankWithItsMessage) {
   }
 }
 
-// A corrupt delta file, caught by the rollout rank's checksums. The rollout rank runs in
-// another folder (mpirun's --wdir) and reads a relative sync.path there: a copy of version
-// 1 of an earlier run, whose checksum of one tensor of source rank 1's file is altered.
-// Every rank stops together with the rollout rank's message naming the tensor, the file,
-// the source rank and itself.
-TEST(CliDiskDelta, ACorruptFileIsCaughtByTheRolloutRanksChecksums) {
+// What a rollout rank reads that is not what the trainers wrote, caught by it: the rollout
+// rank runs in another folder (mpirun's --wdir) and reads a relative sync.path there,
+// where version 1 is prepared from an earlier run's versions: (a) its version 1 with the
+// checksum of one tensor of source rank 1's file altered, (b) its version 2, a delta
+// against version 1, renumbered 1 (an engine that missed a version). Every rank stops
+// together with the rollout rank's message naming it and the file.
+TEST(CliDiskDelta, ACorruptFileOrAWrongBaseIsCaughtByTheRolloutRank) {
   TempDir dir;
   const ModelConfig config = tandem::testing::write_disk_delta_inputs(dir);
   const std::string tensor = ParameterLayout(config).tensors()[1].name;  // source rank 1's of 2
-  const std::string options = "--sync.transport=disk-delta --sync.path=weights --run.steps=1";
-  for (const char* side : {"trainers/weights", "rollout/weights"}) fs::create_directories(dir / side);
-  const auto first = run_command("cd " + (dir / "trainers").string() + " && " + run(dir, 2, 1, "first", options));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  const fs::path version = delta_version_folder(dir / "rollout" / "weights", 1);
-  fs::copy(delta_version_folder(dir / "trainers" / "weights", 1), version);
-  const fs::path file = version / delta_file_name(1, 2);
-  std::string bytes = tandem::testing::read_text(file);
-  // The tensor's metadata, a JSON string in the header: {\"changed_bytes\": ..., \"xxh3_128\":\"<hex>\"}.
-  const size_t metadata = bytes.find("\"" + tensor + "\":\"{");
-  ASSERT_NE(metadata, std::string::npos);
-  const size_t digit = bytes.find("xxh3_128", metadata) + std::string("xxh3_128\\\":\\\"").size();
-  bytes[digit] = bytes[digit] == '0' ? '1' : '0';
-  std::ofstream(file, std::ios::binary) << bytes;
-
-  const std::string command = tandem::testing::disk_delta_run(dir, "corrupt", "cpu", 2, options + " --world.rollout-ranks=1");
-  const auto result = run_command(mpirun(2) + "--wdir " + (dir / "trainers").string() + " " + command + " : -np 1 --wdir " +
-                                  (dir / "rollout").string() + " " + command);
-  EXPECT_EQ(result.exit_code, 1) << result.output;
-  const std::string expected = "disk-delta engine: rank 2: tensor " + tensor + " in " + (fs::path("weights") / "weight_v000001" / delta_file_name(1, 2)).string() +
-                               " (source rank 1): checksum mismatch";
-  EXPECT_NE(result.output.find(expected), std::string::npos) << result.output;
-  EXPECT_EQ(result.output.find("MPI_ABORT"), std::string::npos) << result.output;
+  const std::string options = "--sync.transport=disk-delta --sync.path=weights --sync.keep-versions=2 --world.rollout-ranks=1";
+  fs::create_directories(dir / "earlier" / "weights");
+  const auto earlier = run_command("cd " + (dir / "earlier").string() + " && " + mpirun(3) +
+                                   tandem::testing::disk_delta_run(dir, "earlier", "cpu", 2, options + " --run.steps=2"));
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  const fs::path written = dir / "earlier" / "weights";
+  const std::string index = (fs::path("weights") / "weight_v000001" / kSafetensorsIndexName).string();
+  const std::string file = (fs::path("weights") / "weight_v000001" / delta_file_name(1, 2)).string();
+  struct Case {
+    std::string name;
+    std::function<void(const fs::path& version)> prepare;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"checksum",
+       [&](const fs::path& version) {
+         fs::copy(delta_version_folder(written, 1), version);
+         const fs::path path = version / delta_file_name(1, 2);
+         std::string bytes = tandem::testing::read_text(path);
+         // The tensor's metadata, a JSON string in the header: {\"changed_bytes\": ..., \"xxh3_128\":\"<hex>\"}.
+         const size_t metadata = bytes.find("\"" + tensor + "\":\"{");
+         ASSERT_NE(metadata, std::string::npos);
+         const size_t digit = bytes.find("xxh3_128", metadata) + std::string("xxh3_128\\\":\\\"").size();
+         bytes[digit] = bytes[digit] == '0' ? '1' : '0';
+         std::ofstream(path, std::ios::binary) << bytes;
+       },
+       "disk-delta engine: rank 2: tensor " + tensor + " in " + file + " (source rank 1): checksum mismatch"},
+      {"base",
+       [&](const fs::path& version) {
+         fs::copy(delta_version_folder(written, 2), version);
+         DeltaIndex renumbered = read_delta_index(version);
+         renumbered.version = 1;
+         write_delta_index(version, renumbered);
+       },
+       "disk-delta engine: rank 2: " + index + ": version 1 is a delta against version 1; this engine holds version 0 and expects version 1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path trainers = dir / c.name / "trainers", rollout = dir / c.name / "rollout";
+    for (const fs::path& side : {trainers, rollout}) fs::create_directories(side / "weights");
+    c.prepare(delta_version_folder(rollout / "weights", 1));
+    const std::string command = tandem::testing::disk_delta_run(dir, c.name, "cpu", 2, options + " --run.steps=1");
+    const auto result = run_command(mpirun(2) + "--wdir " + trainers.string() + " " + command + " : -np 1 --wdir " + rollout.string() + " " + command);
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find(c.expected), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("MPI_ABORT"), std::string::npos) << result.output;
+  }
 }
 
-// A full disk while the ranks write version 2, the first step's (version 1, the start's,
-// holds zero deltas): a small tmpfs as sync.path (needs the right to mount, as root in the
-// CI container), colocated and with a rollout rank. The job stops with the cause named,
-// and nothing of the version is left: no index, no files.
+// A resumed run: the first sync of the second job finds the trainer's weights (the step-2
+// checkpoint's) unlike the baseline and publishes them as version 1 against it; the next
+// step's version is against that. A fresh run's first sync published nothing.
+TEST(CliDiskDelta, AResumedRunPublishesItsWeightsAtTheFirstSync) {
+  TempDir dir;
+  tandem::testing::write_disk_delta_inputs(dir);
+  const SafetensorsCheckpoint model(dir / "model");
+  const fs::path weights = dir / "resumed" / "weights";
+  const auto first = run_command(run(dir, 1, 1, "resumed", "--sync.transport=disk-delta --sync.keep-versions=3 --run.steps=2"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(read_delta_index(delta_version_folder(weights, 2)).base_version, 1);
+  EXPECT_FALSE(fs::exists(delta_version_folder(weights, 3)));
+  const auto second = run_command(run(dir, 1, 1, "resumed", "--sync.transport=disk-delta --sync.keep-versions=3"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_FALSE(fs::exists(delta_version_folder(weights, 3))) << "the first job's versions are gone";
+  TensorBytes state = tandem::testing::tensor_bytes(model);
+  EXPECT_EQ(read_delta_index(delta_version_folder(weights, 1)).base_version, 0);
+  apply_version(delta_version_folder(weights, 1), state);
+  EXPECT_TRUE(state == master_weights(dir / "resumed", 2, model));
+  apply_version(delta_version_folder(weights, 2), state);
+  EXPECT_TRUE(state == master_weights(dir / "resumed", 3, model));
+}
+
+// A full disk while the ranks write a version: a small tmpfs as sync.path (needs the right
+// to mount, as root in the CI container), colocated and with a rollout rank. The job stops
+// with the cause named, nothing of the version is left (no index, no files), and the
+// version before it, if any, is whole.
 TEST(CliDiskDelta, FullDiskWhileWritingPublishesNothing) {
   TempDir dir;
   tandem::testing::write_disk_delta_inputs(dir);
@@ -251,9 +311,12 @@ TEST(CliDiskDelta, FullDiskWhileWritingPublishesNothing) {
         run(dir, trainers, rollout_ranks, "full" + std::to_string(rollout_ranks), "--sync.transport=disk-delta --sync.path=" + disk.string()));
     EXPECT_NE(result.exit_code, 0) << result.output;
     EXPECT_NE(result.exit_code, 124) << "timed out: a rank hung\n" << result.output;
-    EXPECT_NE(result.output.find("disk-delta publish of " + delta_version_folder(disk, 2).string()), std::string::npos) << result.output;
+    const std::string publish = "disk-delta publish of " + (disk / "weight_v").string();
+    const size_t at = result.output.find(publish);
+    ASSERT_NE(at, std::string::npos) << result.output;
+    const int version = std::stoi(result.output.substr(at + publish.size(), 6));
     EXPECT_NE(result.output.find("No space left on device"), std::string::npos) << result.output;
-    EXPECT_FALSE(fs::exists(delta_version_folder(disk, 2))) << "a half-written version was left";
-    EXPECT_EQ(read_delta_index(delta_version_folder(disk, 1)).version, 1);
+    EXPECT_FALSE(fs::exists(delta_version_folder(disk, version))) << "a half-written version was left";
+    if (version > 1) EXPECT_EQ(read_delta_index(delta_version_folder(disk, version - 1)).version, version - 1);
   }
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <omp.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <csignal>
 #include <cstring>
@@ -61,18 +62,12 @@ std::vector<DeltaTensor> deltas(const Weights& w, DType dtype) {
 std::map<std::string, std::vector<std::byte>> apply(const fs::path& path, DeltaEncoding encoding, const Weights& w,
                                                     const std::vector<std::vector<std::byte>>& from) {
   std::map<std::string, std::vector<std::byte>> states;
-  DeltaApplyTarget target;
-  target.baseline = [&](const std::string& name, DType, const std::vector<int64_t>&) -> std::span<const std::byte> {
-    for (size_t i = 0; i < w.names.size(); ++i)
-      if (w.names[i] == name) return from[i];
-    throw std::runtime_error("no " + name);
-  };
-  target.state = [&](const std::string& name) -> std::span<std::byte> {
-    for (size_t i = 0; i < w.names.size(); ++i)
-      if (w.names[i] == name) states[name].resize(from[i].size());
-    return states[name];
-  };
-  apply_delta_file(path, encoding, target);
+  for (size_t i = 0; i < w.names.size(); ++i) states[w.names[i]] = from[i];
+  apply_delta_file(path, encoding, [&](const std::string& name, DType, const std::vector<int64_t>&) -> std::span<std::byte> {
+    const auto found = states.find(name);
+    if (found == states.end()) throw std::runtime_error("no " + name);
+    return found->second;
+  });
   return states;
 }
 
@@ -115,6 +110,53 @@ TEST(DeltaFormat, BothEncodingsDecodeBitForBitAndCountTheChangedBytes) {
         for (size_t i = 0; i < w.names.size(); ++i) EXPECT_TRUE(again.at(w.names[i]) == w.current[i]) << w.names[i];
       }
     }
+  }
+}
+
+// A tensor over 4 MiB is compressed as several zstd frames, concatenated: the engine
+// decodes them in parallel, and a plain zstd decoder decodes them whole into the delta
+// (xor: baseline ^ new; overwrite: a u32 count, u32 gaps, new values).
+TEST(DeltaFormat, ALargeTensorIsSeveralFramesThatAPlainDecoderReads) {
+  TempDir dir;
+  std::mt19937_64 rng(11);
+  const std::vector<int64_t> shape = {2200, 1024};  // 8.6 MiB of BF16: 3 frames
+  std::vector<std::byte> base(static_cast<size_t>(shape[0] * shape[1]) * 2);
+  for (auto& b : base) b = static_cast<std::byte>(rng());
+  std::vector<std::byte> now = base;
+  std::vector<uint32_t> positions;
+  for (uint32_t e = 5; e < base.size() / 2; e += 3) {  // an overwrite delta of 9 MiB
+    now[2 * e] ^= std::byte{3};
+    positions.push_back(e);
+  }
+  const Weights w{{"model.embed_tokens.weight"}, {shape}, {base}, {now}};
+  for (DeltaEncoding encoding : {DeltaEncoding::Xor, DeltaEncoding::Overwrite}) {
+    SCOPED_TRACE(delta_encoding_name(encoding));
+    const fs::path path = dir / (std::string(delta_encoding_name(encoding)) + ".safetensors");
+    const DeltaWriteStats stats = write_delta_file(path, deltas(w, DType::BF16), encoding, 1, 0);
+    EXPECT_EQ(stats.changed_bytes, positions.size());
+    const SafetensorsFile file(path);
+    const std::span<const std::byte> frames = file.bytes(w.names[0]);
+    EXPECT_LT(ZSTD_findFrameCompressedSize(frames.data(), frames.size()), frames.size()) << "one frame";
+    std::vector<std::byte> expected;
+    if (encoding == DeltaEncoding::Xor) {
+      for (size_t k = 0; k < base.size(); ++k) expected.push_back(base[k] ^ now[k]);
+    } else {
+      const auto append = [&](const void* bytes, size_t n) {
+        expected.insert(expected.end(), static_cast<const std::byte*>(bytes), static_cast<const std::byte*>(bytes) + n);
+      };
+      const auto count = static_cast<uint32_t>(positions.size());
+      append(&count, 4);
+      for (size_t i = 0; i < positions.size(); ++i) {
+        const uint32_t gap = positions[i] - (i ? positions[i - 1] : 0);
+        append(&gap, 4);
+      }
+      for (uint32_t e : positions) append(&now[2 * e], 2);
+    }
+    std::vector<std::byte> delta(expected.size() + 1);
+    EXPECT_EQ(ZSTD_decompress(delta.data(), delta.size(), frames.data(), frames.size()), expected.size());
+    delta.pop_back();
+    EXPECT_TRUE(delta == expected);
+    EXPECT_TRUE(apply(path, encoding, w, w.baseline).at(w.names[0]) == now);
   }
 }
 
@@ -190,10 +232,10 @@ TEST(DeltaFormat, IndexRoundTripsAndItsAbsenceMeansUnpublished) {
   EXPECT_EQ(folder.filename(), "weight_v000007");
   fs::create_directories(folder);
   EXPECT_THROW(read_delta_index(folder), std::runtime_error);
-  write_delta_index(folder, {7, 0, DeltaEncoding::Overwrite, {{"a", delta_file_name(0, 2)}, {"b", delta_file_name(1, 2)}}});
+  write_delta_index(folder, {7, 6, DeltaEncoding::Overwrite, {{"a", delta_file_name(0, 2)}, {"b", delta_file_name(1, 2)}}});
   const DeltaIndex index = read_delta_index(folder);
   EXPECT_EQ(index.version, 7);
-  EXPECT_EQ(index.base_version, 0);
+  EXPECT_EQ(index.base_version, 6);
   EXPECT_EQ(index.encoding, DeltaEncoding::Overwrite);
   ASSERT_EQ(index.weight_map.size(), 2u);
   EXPECT_EQ(index.weight_map[1].second, "model-00002-of-00002.safetensors");

@@ -40,10 +40,10 @@ const std::vector<OptionSpec>& tandem_options() {
       {"memory.host-limit", Bytes, "0", "bytes", "host memory a rank may use; 0 = the cgroup's memory.max, else MemTotal. A predicted host peak above it stops the job at start-up", {}},
       {"sync.transport", Choice, "alias", "", "how the trainer's weights reach the engines: alias = the engine reads the trainer's working copy (0 bytes per sync), copy = the engine has its own copy, rewritten each sync, disk-delta = the trainer ranks write compressed, checksummed deltas against a baseline to the shared folder sync.path and the engines (colocated, or on rollout ranks) read them; broadcast = trainer rank 0 broadcasts the working-dtype weights to the rollout ranks (world.rollout-ranks > 0). Colocated ranks take alias, copy or disk-delta; rollout ranks broadcast or disk-delta", {}, {"alias", "copy", "disk-delta", "broadcast"}},
       {"sync.path", Path, "", "", "disk-delta: the folder every rank sees that holds the versions (weight_v000001/ ...); empty = <run folder>/weights"},
-      {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from and the deltas are against, loaded by the trainers and the engines; empty = the run's initial weights (model.path or the seeded random model) in the working dtype"},
-      {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = baseline ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
+      {"sync.baseline", Path, "", "", "disk-delta: the HF safetensors folder the engines start from (version 0, the base of the first version), loaded by the trainers and the engines; empty = the run's initial weights (model.path or the seeded random model) in the working dtype"},
+      {"sync.delta-encoding", Choice, "xor", "", "disk-delta: xor = previous ^ new bytes, overwrite = the changed elements' positions and values (idempotent)", {}, {"xor", "overwrite"}},
       {"sync.compression-level", Int, "1", "", "disk-delta: zstd level of the deltas", between(1, 22)},
-      {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted", at_least(1)},
+      {"sync.keep-versions", Int, "2", "", "disk-delta: published versions kept in sync.path; older ones are deleted. Each is a delta against the one before: a reader rebuilds the newest from the baseline and every version since, or from the version it holds and those after it", at_least(1)},
       // the broadcast to rollout ranks (issue 12)
       {"sync.bucket-bytes", Bytes, "512MiB", "bytes", "broadcast: the weights go out in buckets of this size", at_least(1)},
 

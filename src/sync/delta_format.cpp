@@ -3,6 +3,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -32,141 +33,141 @@ size_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The xor delta goes through zstd a part of this size at a time, never whole.
-constexpr size_t kStreamBytes = size_t{1} << 20;
-// A tensor this large is compressed by several zstd workers (into one frame).
-constexpr size_t kParallelFrameBytes = size_t{32} << 20;
+// A tensor's delta is compressed a part of this size at a time, each part a zstd frame of
+// its own: the parts of one large tensor (the embedding) go to several cores on both sides.
+constexpr size_t kFrameBytes = size_t{4} << 20;
 
 using CompressContext = std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)>;
 using DecompressContext = std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)>;
 
-void check_zstd(size_t code) {
-  if (ZSTD_isError(code)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(code));
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Compresses `bytes` of input, produced `kStreamBytes` at a time by fill(first, part), into
-// one zstd frame that records its content size.
-std::vector<std::byte> compress_stream(size_t bytes, int level, const std::function<void(size_t, std::span<std::byte>)>& fill) {
-  CompressContext context(ZSTD_createCCtx(), ZSTD_freeCCtx);
-  if (!context) throw std::runtime_error("zstd: cannot create a compression context");
-  check_zstd(ZSTD_CCtx_setParameter(context.get(), ZSTD_c_compressionLevel, level));
-  // Without libzstd's threads this fails, and the frame is compressed on this thread.
-  if (bytes >= kParallelFrameBytes) ZSTD_CCtx_setParameter(context.get(), ZSTD_c_nbWorkers, 4);
-  check_zstd(ZSTD_CCtx_setPledgedSrcSize(context.get(), bytes));
-  std::vector<std::byte> part(std::min(bytes, kStreamBytes));
-  std::vector<std::byte> frame(std::max<size_t>(ZSTD_CStreamOutSize(), 1024));
-  ZSTD_outBuffer out{frame.data(), frame.size(), 0};
-  for (size_t first = 0;; first += part.size()) {
-    const size_t size = std::min(part.size(), bytes - first);
-    fill(first, std::span(part).first(size));
-    ZSTD_inBuffer in{part.data(), size, 0};
-    const ZSTD_EndDirective mode = first + size == bytes ? ZSTD_e_end : ZSTD_e_continue;
-    for (;;) {
-      if (out.pos == out.size) {
-        frame.resize(2 * frame.size());
-        out.dst = frame.data();
-        out.size = frame.size();
-      }
-      const size_t left = ZSTD_compressStream2(context.get(), &out, &in, mode);
-      check_zstd(left);
-      if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) break;
-    }
-    if (mode == ZSTD_e_end) break;
+// A part of a tensor's bytes (its state's, or its overwrite delta's): [first, first + bytes).
+struct Part {
+  size_t tensor = 0, first = 0, bytes = 0;
+};
+
+// The parts of tensors of these sizes, at most kFrameBytes each (an empty tensor has one).
+std::vector<Part> parts_of(const std::vector<size_t>& sizes) {
+  std::vector<Part> parts;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    size_t first = 0;
+    do {
+      parts.push_back({t, first, std::min(kFrameBytes, sizes[t] - first)});
+      first += kFrameBytes;
+    } while (first < sizes[t]);
   }
-  frame.resize(out.pos);
-  return frame;
+  return parts;
 }
 
-// The zstd frame of one tensor's delta, and how many of its bytes changed.
-std::vector<std::byte> compress_delta(const DeltaTensor& tensor, DeltaEncoding encoding, int level, size_t& changed_bytes) {
+// One zstd frame of `content` (at most kFrameBytes), recording its content size.
+std::vector<std::byte> compress_frame(std::span<const std::byte> content, int level) {
+  thread_local CompressContext context(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  thread_local std::unique_ptr<std::byte[]> out(new std::byte[ZSTD_compressBound(kFrameBytes)]);
+  if (!context) throw std::runtime_error("zstd: cannot create a compression context");
+  const size_t size = ZSTD_compressCCtx(context.get(), out.get(), ZSTD_compressBound(kFrameBytes), content.data(), content.size(), level);
+  if (ZSTD_isError(size)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(size));
+  return std::vector<std::byte>(out.get(), out.get() + size);
+}
+
+// out = a ^ b over n bytes; returns how many bytes of out are not zero. Eight bytes at a time.
+size_t xor_bytes(const std::byte* a, const std::byte* b, std::byte* out, size_t n) {
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  size_t zero = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    x ^= y;
+    std::memcpy(out + i, &x, 8);
+    // The high bit of each zero byte of x.
+    zero += static_cast<size_t>(__builtin_popcountll(~(((x & kLow7) + kLow7) | x | kLow7)));
+  }
+  size_t changed = 8 * (i / 8) - zero;
+  for (; i < n; ++i) {
+    out[i] = a[i] ^ b[i];
+    changed += out[i] != std::byte{0};
+  }
+  return changed;
+}
+
+// The changed elements of a part of a tensor (element-aligned): their positions in the
+// tensor, new values and changed bytes.
+struct Changes {
+  std::vector<uint32_t> positions;
+  std::vector<std::byte> values;
+  size_t changed_bytes = 0;
+};
+
+Changes changes_of(const DeltaTensor& tensor, const Part& part, size_t element) {
+  Changes found;
   const std::byte* base = tensor.baseline.data();
   const std::byte* now = tensor.current.data();
-  const size_t bytes = tensor.current.size();
-  changed_bytes = 0;
-  if (encoding == DeltaEncoding::Xor)
-    return compress_stream(bytes, level, [&](size_t first, std::span<std::byte> part) {
-      size_t changed = 0;
-      for (size_t i = 0; i < part.size(); ++i) {
-        part[i] = base[first + i] ^ now[first + i];
-        changed += part[i] != std::byte{0};
-      }
-      changed_bytes += changed;
-    });
-  const size_t element = dtype_size(tensor.dtype);
-  const size_t elements = bytes / element;
-  if (elements > UINT32_MAX) throw std::runtime_error("too many elements for an overwrite delta");
-  std::vector<uint32_t> gaps;
-  std::vector<std::byte> values;
-  uint32_t last = 0;
-  for (size_t e = 0; e < elements; ++e) {
-    const std::byte* a = base + e * element;
-    const std::byte* b = now + e * element;
-    if (std::memcmp(a, b, element) == 0) continue;
-    for (size_t k = 0; k < element; ++k) changed_bytes += a[k] != b[k];
-    gaps.push_back(static_cast<uint32_t>(e) - last);
-    last = static_cast<uint32_t>(e);
-    values.insert(values.end(), b, b + element);
+  // Equal words are skipped whole: most elements do not change.
+  const size_t word = std::max<size_t>(1, 8 / element) * element;
+  for (size_t at = part.first, end = part.first + part.bytes; at < end;) {
+    if (at + word <= end && std::memcmp(base + at, now + at, word) == 0) {
+      at += word;
+      continue;
+    }
+    if (std::memcmp(base + at, now + at, element) != 0) {
+      for (size_t k = 0; k < element; ++k) found.changed_bytes += base[at + k] != now[at + k];
+      found.positions.push_back(static_cast<uint32_t>(at / element));
+      found.values.insert(found.values.end(), now + at, now + at + element);
+    }
+    at += element;
   }
-  const uint64_t count = gaps.size();
-  std::vector<std::byte> delta(sizeof count + gaps.size() * sizeof(uint32_t) + values.size());
-  std::memcpy(delta.data(), &count, sizeof count);
-  std::memcpy(delta.data() + sizeof count, gaps.data(), gaps.size() * sizeof(uint32_t));
-  std::memcpy(delta.data() + sizeof count + gaps.size() * sizeof(uint32_t), values.data(), values.size());
-  return compress_stream(delta.size(), level, [&](size_t first, std::span<std::byte> part) {
-    std::memcpy(part.data(), delta.data() + first, part.size());
-  });
+  return found;
 }
 
-// state = baseline with the frame's delta applied; "" when done, else why not.
-std::string decompress_delta(std::span<const std::byte> frame, DeltaEncoding encoding, size_t element,
-                             std::span<const std::byte> baseline, std::span<std::byte> state) {
-  const unsigned long long content = ZSTD_getFrameContentSize(frame.data(), frame.size());
-  // A delta is never larger than its overwrite form of every element.
-  const size_t largest = encoding == DeltaEncoding::Xor ? state.size()
-                                                        : sizeof(uint64_t) + state.size() / element * (sizeof(uint32_t) + element);
-  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > largest) return "corrupt zstd frame";
-  if (encoding == DeltaEncoding::Xor) {
-    if (content != state.size()) return "malformed xor delta";
-    // The delta a part at a time: state = baseline ^ delta.
-    DecompressContext context(ZSTD_createDCtx(), ZSTD_freeDCtx);
-    if (!context) return "zstd: cannot create a decompression context";
-    std::vector<std::byte> part(std::min(state.size(), kStreamBytes));
-    ZSTD_inBuffer in{frame.data(), frame.size(), 0};
-    size_t done = 0;
-    for (;;) {
-      ZSTD_outBuffer out{part.data(), std::min(part.size(), state.size() - done), 0};
-      const size_t left = ZSTD_decompressStream(context.get(), &out, &in);
-      if (ZSTD_isError(left)) return std::string("corrupt zstd frame: ") + ZSTD_getErrorName(left);
-      for (size_t i = 0; i < out.pos; ++i) state[done + i] = baseline[done + i] ^ part[i];
-      done += out.pos;
-      if (left == 0) break;
-      if (out.pos == 0 && in.pos == in.size) return "corrupt zstd frame: short";
+// The overwrite delta of one tensor from its parts' changes: a u32 count, the u32 gaps
+// between the positions (the first from 0), then the new values.
+std::vector<std::byte> overwrite_delta(std::span<const Changes> parts, size_t element) {
+  size_t count = 0;
+  for (const Changes& c : parts) count += c.positions.size();
+  if (count > UINT32_MAX) throw std::runtime_error("too many changed elements for an overwrite delta");
+  std::vector<std::byte> delta(sizeof(uint32_t) + count * (sizeof(uint32_t) + element));
+  const auto count32 = static_cast<uint32_t>(count);
+  std::memcpy(delta.data(), &count32, sizeof count32);
+  std::byte* gaps = delta.data() + sizeof(uint32_t);
+  std::byte* values = gaps + count * sizeof(uint32_t);
+  uint32_t last = 0;
+  for (const Changes& c : parts) {
+    for (uint32_t position : c.positions) {
+      const uint32_t gap = position - last;
+      std::memcpy(gaps, &gap, sizeof gap);
+      gaps += sizeof gap;
+      last = position;
     }
-    return done == state.size() && in.pos == in.size ? "" : "corrupt zstd frame: short";
+    std::memcpy(values, c.values.data(), c.values.size());
+    values += c.values.size();
   }
-  std::vector<std::byte> delta(content);
-  const size_t size = ZSTD_decompress(delta.data(), delta.size(), frame.data(), frame.size());
-  if (ZSTD_isError(size) || size != content) return std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short");
-  std::memcpy(state.data(), baseline.data(), state.size());
-  uint64_t count = 0;
+  return delta;
+}
+
+// Applies an overwrite delta onto `held`; "" when done, else why not.
+std::string apply_overwrite(std::span<const std::byte> delta, size_t element, std::span<std::byte> held) {
+  uint32_t count = 0;
   if (delta.size() < sizeof count) return "malformed overwrite delta";
   std::memcpy(&count, delta.data(), sizeof count);
-  const size_t elements = state.size() / element;
-  if (count > elements || delta.size() != sizeof count + count * (sizeof(uint32_t) + element)) return "malformed overwrite delta";
+  const size_t elements = held.size() / element;
+  if (count > elements || delta.size() != sizeof count + size_t{count} * (sizeof(uint32_t) + element)) return "malformed overwrite delta";
   const std::byte* gaps = delta.data() + sizeof count;
-  const std::byte* values = gaps + count * sizeof(uint32_t);
+  const std::byte* values = gaps + size_t{count} * sizeof(uint32_t);
   uint64_t position = 0;
-  for (uint64_t i = 0; i < count; ++i) {
+  for (uint32_t i = 0; i < count; ++i) {
     uint32_t gap = 0;
-    std::memcpy(&gap, gaps + i * sizeof gap, sizeof gap);
+    std::memcpy(&gap, gaps + size_t{i} * sizeof gap, sizeof gap);
     position += gap;
     if (position >= elements || (i > 0 && gap == 0)) return "malformed overwrite delta";
-    std::memcpy(state.data() + position * element, values + i * element, element);
+    std::memcpy(held.data() + position * element, values + size_t{i} * element, element);
   }
   return "";
 }
 
-// Tensor indices, the largest first: the longest work starts first on the cores.
+// Indices, the largest first: the longest work starts first on the cores.
 template <class Size>
 std::vector<size_t> largest_first(size_t count, Size size) {
   std::vector<size_t> order(count);
@@ -174,6 +175,23 @@ std::vector<size_t> largest_first(size_t count, Size size) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
   return order;
 }
+
+// Runs work(i) for every i of `order` on every core; an exception must not leave an
+// OpenMP region, so each keeps its message in errors[key(i)] (the first one).
+template <class Work, class Key>
+void on_every_core(const std::vector<size_t>& order, std::vector<std::string>& errors, Key key, Work work) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < order.size(); ++k) {
+    try {
+      work(order[k]);
+    } catch (const std::exception& e) {
+#pragma omp critical(delta_errors)
+      if (errors[key(order[k])].empty()) errors[key(order[k])] = e.what();
+    }
+  }
+}
+
+std::vector<size_t> in_order(size_t count) { return largest_first(count, [](size_t) { return 0; }); }
 
 }  // namespace
 
@@ -211,47 +229,98 @@ std::string delta_file_name(int source_rank, int source_ranks) {
 
 DeltaWriteStats write_delta_file(const fs::path& path, std::span<const DeltaTensor> tensors, DeltaEncoding encoding,
                                  int compression_level, int source_rank) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n = tensors.size();
+  std::vector<size_t> sizes(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (tensors[i].baseline.size() != tensors[i].current.size())
+      throw std::runtime_error(path.string() + ": tensor " + tensors[i].name + ": the baseline is not the new state's size");
+    sizes[i] = tensors[i].current.size();
+  }
+  // Tensors and their parts are independent: encode, compress and checksum them on every
+  // core. An error is kept by tensor and thrown, the first tensor's, after each stage.
+  std::vector<std::string> errors(n);
+  const auto by_tensor = [](size_t i) { return i; };
+  const auto throw_first_error = [&] {
+    for (size_t i = 0; i < n; ++i)
+      if (!errors[i].empty()) throw std::runtime_error(path.string() + ": tensor " + tensors[i].name + ": " + errors[i]);
+  };
+  std::vector<size_t> changed(n, 0);
+  std::vector<Part> parts = parts_of(sizes);
+  std::vector<std::vector<std::byte>> frames(parts.size());
+  const auto tensor_of_part = [&](size_t p) { return parts[p].tensor; };
+  if (encoding == DeltaEncoding::Xor) {
+    std::vector<size_t> part_changed(parts.size());
+    on_every_core(in_order(parts.size()), errors, tensor_of_part, [&](size_t p) {
+      thread_local std::unique_ptr<std::byte[]> delta(new std::byte[kFrameBytes]);
+      const Part& part = parts[p];
+      const DeltaTensor& tensor = tensors[part.tensor];
+      part_changed[p] = xor_bytes(tensor.baseline.data() + part.first, tensor.current.data() + part.first, delta.get(), part.bytes);
+      frames[p] = compress_frame({delta.get(), part.bytes}, compression_level);
+    });
+    for (size_t p = 0; p < parts.size(); ++p) changed[parts[p].tensor] += part_changed[p];
+  } else {
+    // The changed elements part by part, each tensor's overwrite delta from its parts,
+    // then that delta's parts compressed.
+    std::vector<Changes> found(parts.size());
+    on_every_core(in_order(parts.size()), errors, tensor_of_part,
+                  [&](size_t p) { found[p] = changes_of(tensors[parts[p].tensor], parts[p], dtype_size(tensors[parts[p].tensor].dtype)); });
+    throw_first_error();
+    std::vector<size_t> first_part(n + 1, parts.size());
+    for (size_t p = parts.size(); p-- > 0;) first_part[parts[p].tensor] = p;
+    std::vector<std::vector<std::byte>> deltas(n);
+    on_every_core(largest_first(n, [&](size_t i) { return sizes[i]; }), errors, by_tensor, [&](size_t i) {
+      const std::span<const Changes> own(found.data() + first_part[i], first_part[i + 1] - first_part[i]);
+      for (const Changes& c : own) changed[i] += c.changed_bytes;
+      deltas[i] = overwrite_delta(own, dtype_size(tensors[i].dtype));
+    });
+    throw_first_error();
+    found.clear();
+    std::vector<size_t> delta_sizes(n);
+    for (size_t i = 0; i < n; ++i) delta_sizes[i] = deltas[i].size();
+    parts = parts_of(delta_sizes);
+    frames.assign(parts.size(), {});
+    on_every_core(in_order(parts.size()), errors, tensor_of_part, [&](size_t p) {
+      frames[p] = compress_frame(std::span(deltas[parts[p].tensor]).subspan(parts[p].first, parts[p].bytes), compression_level);
+    });
+  }
+  std::vector<std::string> checksums(n);
+  on_every_core(largest_first(n, [&](size_t i) { return sizes[i]; }), errors, by_tensor,
+                [&](size_t i) { checksums[i] = xxh3_128_hex(tensors[i].current); });
+  throw_first_error();
+
+  // A tensor's frames, concatenated: what a plain zstd decoder decodes whole.
+  std::vector<std::vector<std::byte>> compressed(n);
+  for (size_t p = 0; p < parts.size(); ++p)
+    compressed[parts[p].tensor].insert(compressed[parts[p].tensor].end(), frames[p].begin(), frames[p].end());
   DeltaWriteStats stats;
-  std::vector<std::vector<std::byte>> frames(tensors.size());
   std::vector<SafetensorsTensor> stored;
   std::map<std::string, std::string> metadata = {{"format", kFormatName},
                                                  {"delta_encoding", delta_encoding_name(encoding)},
                                                  {"compression_format", kDeltaCompressionFormat},
                                                  {"checksum_format", kDeltaChecksumFormat},
                                                  {"source_rank", std::to_string(source_rank)}};
-  // Tensors are independent: encode, compress and checksum them on every core, the
-  // largest first (an exception must not leave an OpenMP region: each keeps its error).
-  std::vector<size_t> changed(tensors.size(), 0);
-  std::vector<std::string> errors(tensors.size()), checksums(tensors.size());
-  const std::vector<size_t> order = largest_first(tensors.size(), [&](size_t i) { return tensors[i].current.size(); });
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t k = 0; k < order.size(); ++k) {
-    const size_t i = order[k];
-    try {
-      frames[i] = compress_delta(tensors[i], encoding, compression_level, changed[i]);
-      checksums[i] = xxh3_128_hex(tensors[i].current);
-    } catch (const std::exception& e) {
-      errors[i] = e.what();
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const DeltaTensor& tensor = tensors[i];
-    if (!errors[i].empty()) throw std::runtime_error(path.string() + ": tensor " + tensor.name + ": " + errors[i]);
-    stored.push_back({tensor.name, DType::U8, {static_cast<int64_t>(frames[i].size())}, frames[i].data()});
+    stored.push_back({tensor.name, DType::U8, {static_cast<int64_t>(compressed[i].size())}, compressed[i].data()});
     metadata[tensor.name] = json{{"dtype", dtype_info(tensor.dtype).safetensors_code},
                                  {"shape", tensor.shape},
                                  {"changed_bytes", changed[i]},
                                  {"xxh3_128", checksums[i]}}
                                 .dump();
     stats.changed_bytes += changed[i];
-    stats.total_bytes += tensor.current.size();
+    stats.total_bytes += sizes[i];
   }
+  stats.encode_seconds = seconds_since(start);
+  const auto written = std::chrono::steady_clock::now();
   write_safetensors(path, stored, metadata);
   stats.file_bytes = fs::file_size(path);
+  stats.write_seconds = seconds_since(written);
   return stats;
 }
 
-std::vector<std::string> apply_delta_file(const fs::path& path, DeltaEncoding encoding, const DeltaApplyTarget& target) {
+DeltaApplyStats apply_delta_file(const fs::path& path, DeltaEncoding encoding, const HeldBytes& held_bytes) {
+  auto start = std::chrono::steady_clock::now();
   const SafetensorsFile file(path);
   const auto& metadata = file.metadata();
   const auto meta = [&](const std::string& key) {
@@ -263,56 +332,105 @@ std::vector<std::string> apply_delta_file(const fs::path& path, DeltaEncoding en
       meta("compression_format") != kDeltaCompressionFormat || meta("checksum_format") != kDeltaChecksumFormat)
     throw std::runtime_error(path.string() + ": not a " + std::string(kFormatName) + " file of encoding " +
                              delta_encoding_name(encoding) + ", zstd, xxh3-128");
-  // Read the headers in order, then decode and verify every tensor on every core, the
-  // largest first, each into its state buffer.
+  // Read the headers and find every tensor's frames in order, then decode the frames on
+  // every core onto the held bytes, then verify every tensor on every core.
   struct Pending {
     const SafetensorsEntry* entry;
-    DType dtype = DType::U8;
+    size_t element = 1;
     std::string checksum;
-    std::span<const std::byte> baseline;
-    std::span<std::byte> state;
-    std::string error;
+    std::span<std::byte> held;
+    std::vector<std::byte> delta;  // overwrite: the frames' content, concatenated
+  };
+  struct Frame {
+    size_t tensor = 0;
+    std::span<const std::byte> compressed;
+    size_t first = 0, bytes = 0;  // where its content goes in the tensor's delta
   };
   const std::string source = meta("source_rank");
   const auto failure = [&](const std::string& name, const std::string& why) {
     return std::runtime_error("tensor " + name + " in " + path.string() + " (source rank " + source + "): " + why);
   };
   std::vector<Pending> pending;
+  std::vector<Frame> frames;
   for (const SafetensorsEntry& entry : file.entries()) {
     Pending& p = pending.emplace_back();
     p.entry = &entry;
     std::vector<int64_t> shape;
+    DType dtype = DType::U8;
     try {
       const json info = json::parse(meta(entry.name));
-      p.dtype = dtype_from_safetensors(info.at("dtype").get<std::string>());
+      dtype = dtype_from_safetensors(info.at("dtype").get<std::string>());
       shape = info.at("shape").get<std::vector<int64_t>>();
       p.checksum = info.at("xxh3_128").get<std::string>();
     } catch (const std::exception& e) {
       throw failure(entry.name, std::string("unreadable metadata: ") + e.what());
     }
     if (entry.dtype != DType::U8 || entry.shape.size() != 1) throw failure(entry.name, "is not a U8 vector of compressed bytes");
-    p.baseline = target.baseline(entry.name, p.dtype, shape);
-    p.state = target.state(entry.name);
-    if (p.state.size() != p.baseline.size()) throw failure(entry.name, "the state buffer is not the baseline's size");
-  }
-  const std::vector<size_t> order = largest_first(pending.size(), [&](size_t i) { return pending[i].state.size(); });
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t k = 0; k < order.size(); ++k) {
-    Pending& p = pending[order[k]];
-    p.error = decompress_delta(file.bytes(p.entry->name), encoding, dtype_size(p.dtype), p.baseline, p.state);
-    if (!p.error.empty()) {
-      p.error += " (checksum " + p.checksum + " not verified)";
-      continue;
+    p.element = dtype_size(dtype);
+    p.held = held_bytes(entry.name, dtype, shape);
+    // A delta is never larger than its overwrite form of every element.
+    const size_t largest = encoding == DeltaEncoding::Xor ? p.held.size()
+                                                          : sizeof(uint32_t) + p.held.size() / p.element * (sizeof(uint32_t) + p.element);
+    const std::string unverified = " (checksum " + p.checksum + " not verified)";
+    size_t content = 0;
+    for (std::span<const std::byte> rest = file.bytes(entry.name); !rest.empty();) {
+      const size_t size = ZSTD_findFrameCompressedSize(rest.data(), rest.size());
+      const unsigned long long bytes = ZSTD_isError(size) ? ZSTD_CONTENTSIZE_ERROR : ZSTD_getFrameContentSize(rest.data(), size);
+      if (bytes == ZSTD_CONTENTSIZE_ERROR || bytes == ZSTD_CONTENTSIZE_UNKNOWN || bytes > largest - content)
+        throw failure(entry.name, "corrupt zstd frame" + unverified);
+      frames.push_back({pending.size() - 1, rest.first(size), content, bytes});
+      content += bytes;
+      rest = rest.subspan(size);
     }
-    const std::string decoded = xxh3_128_hex(p.state);
-    if (decoded != p.checksum) p.error = "checksum mismatch: xxh3-128 " + decoded + " decoded, " + p.checksum + " written";
+    if (encoding == DeltaEncoding::Xor ? content != p.held.size() : content < sizeof(uint32_t))
+      throw failure(entry.name, std::string("malformed ") + delta_encoding_name(encoding) + " delta" + unverified);
+    if (encoding == DeltaEncoding::Overwrite) p.delta.resize(content);
   }
-  std::vector<std::string> decoded;
-  for (const Pending& p : pending) {
-    if (!p.error.empty()) throw failure(p.entry->name, p.error);
-    decoded.push_back(p.entry->name);
+  std::vector<std::string> errors(pending.size());
+  const auto by_tensor = [](size_t i) { return i; };
+  const auto throw_first_error = [&](const std::string& suffix) {
+    for (size_t i = 0; i < pending.size(); ++i)
+      if (!errors[i].empty()) throw failure(pending[i].entry->name, errors[i] + (suffix.empty() ? "" : " (checksum " + pending[i].checksum + " " + suffix + ")"));
+  };
+  on_every_core(in_order(frames.size()), errors, [&](size_t f) { return frames[f].tensor; }, [&](size_t f) {
+    thread_local DecompressContext context(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    thread_local std::vector<std::byte> scratch;
+    const Frame& frame = frames[f];
+    Pending& p = pending[frame.tensor];
+    std::byte* out = p.delta.data() + frame.first;
+    if (encoding == DeltaEncoding::Xor) {
+      if (scratch.size() < frame.bytes) scratch.resize(frame.bytes);
+      out = scratch.data();
+    }
+    const size_t size = ZSTD_decompressDCtx(context.get(), out, frame.bytes, frame.compressed.data(), frame.compressed.size());
+    if (ZSTD_isError(size) || size != frame.bytes)
+      throw std::runtime_error(std::string("corrupt zstd frame: ") + (ZSTD_isError(size) ? ZSTD_getErrorName(size) : "short"));
+    if (encoding == DeltaEncoding::Xor) {
+      std::byte* held = p.held.data() + frame.first;
+      xor_bytes(held, out, held, frame.bytes);
+    }
+  });
+  throw_first_error("not verified");
+  if (encoding == DeltaEncoding::Overwrite) {
+    on_every_core(largest_first(pending.size(), [&](size_t i) { return pending[i].held.size(); }), errors, by_tensor, [&](size_t i) {
+      if (const std::string why = apply_overwrite(pending[i].delta, pending[i].element, pending[i].held); !why.empty())
+        throw std::runtime_error(why);
+    });
+    throw_first_error("not verified");
   }
-  return decoded;
+  DeltaApplyStats stats;
+  stats.decode_seconds = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  on_every_core(largest_first(pending.size(), [&](size_t i) { return pending[i].held.size(); }), errors, by_tensor, [&](size_t i) {
+    const std::string decoded = xxh3_128_hex(pending[i].held);
+    if (decoded != pending[i].checksum)
+      throw std::runtime_error("checksum mismatch: xxh3-128 " + decoded + " decoded, " + pending[i].checksum + " written");
+  });
+  throw_first_error("");
+  stats.verify_seconds = seconds_since(start);
+  for (const Pending& p : pending) stats.tensors.push_back(p.entry->name);
+  stats.file_bytes = fs::file_size(path);
+  return stats;
 }
 
 void write_delta_index(const fs::path& folder, const DeltaIndex& index) {

@@ -4,13 +4,19 @@
 // model.safetensors.index.json that publishes it:
 //   {"version", "base_version", "delta_encoding", "compression_format",
 //    "checksum_format", "weight_map": {tensor: file}}
-// Each tensor of a delta file is a U8 vector: the zstd frame of its delta against the
-// baseline. The file's __metadata__ has, under the tensor's name, a JSON string with the
-// tensor's dtype, shape, the bytes that changed and the xxh3-128 of its new full state.
+// Version v is a delta against version base_version (v - 1; version 0 is the baseline the
+// engines start from): a reader rebuilds version v from the bytes of base_version by
+// applying v's files, so the newest weights take the baseline and every version since.
+// Each tensor of a delta file is a U8 vector: its delta against the base version,
+// compressed as zstd frames of at most 4 MiB of the delta each, concatenated (a plain zstd
+// decoder decodes them all into the delta; the engines decode the frames on every core).
+// The file's __metadata__ has, under the tensor's name, a JSON string with the tensor's
+// dtype, shape, the bytes that changed and the xxh3-128 of its new full state.
 //
-//   xor:       delta = baseline ^ new, byte for byte (zeros compress to nothing).
-//   overwrite: the changed elements: a count, the gaps between their positions (u32),
-//              then their new values. Applying it twice gives the same state.
+//   xor:       delta = base ^ new, byte for byte (zeros compress to nothing).
+//   overwrite: the changed elements: a u32 count, the u32 gaps between their positions
+//              (the first from 0), then their new values. Applying it twice gives the
+//              same state.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +56,8 @@ struct DeltaWriteStats {
   size_t file_bytes = 0;     // what the file takes on disk
   size_t changed_bytes = 0;  // bytes of the new state that differ from the baseline
   size_t total_bytes = 0;    // bytes of the new state
+  double encode_seconds = 0;  // encode, compress and checksum, on every core
+  double write_seconds = 0;   // write, fsync and rename
 };
 
 // Encodes, compresses and writes one source rank's file atomically (temporary, fsync,
@@ -57,20 +65,22 @@ struct DeltaWriteStats {
 DeltaWriteStats write_delta_file(const std::filesystem::path& path, std::span<const DeltaTensor> tensors,
                                  DeltaEncoding encoding, int compression_level, int source_rank);
 
-// What the engine side provides for each tensor of a file: its baseline bytes (after
-// checking dtype and shape against its own), and the buffer of the baseline's size, apart
-// from it, that its new state is decoded into.
-struct DeltaApplyTarget {
-  std::function<std::span<const std::byte>(const std::string& name, DType dtype, const std::vector<int64_t>& shape)> baseline;
-  std::function<std::span<std::byte>(const std::string& name)> state;
+// The bytes a reader holds of a tensor of a file (after checking its dtype and shape
+// against its own): the delta is applied onto them in place.
+using HeldBytes = std::function<std::span<std::byte>(const std::string& name, DType dtype, const std::vector<int64_t>& shape)>;
+
+struct DeltaApplyStats {
+  std::vector<std::string> tensors;  // the tensors decoded
+  size_t file_bytes = 0;             // what the file takes on disk
+  double decode_seconds = 0;         // read and decode, on every core
+  double verify_seconds = 0;         // xxh3-128 of every new state, on every core
 };
 
-// Reads one file and decodes every tensor onto its baseline into its state buffer, on
-// every core, verifying each checksum. Returns the tensors decoded; their states hold the
-// new weights only then. Errors (a corrupt frame, a checksum mismatch) throw
-// std::runtime_error naming the tensor, the file and its source rank.
-std::vector<std::string> apply_delta_file(const std::filesystem::path& path, DeltaEncoding encoding,
-                                          const DeltaApplyTarget& target);
+// Reads one file and applies every tensor's delta onto its held bytes, on every core,
+// verifying each checksum; the held bytes are the new state only when it returns. Errors
+// (a corrupt frame, a checksum mismatch) throw std::runtime_error naming the tensor, the
+// file and its source rank.
+DeltaApplyStats apply_delta_file(const std::filesystem::path& path, DeltaEncoding encoding, const HeldBytes& held_bytes);
 
 // The index of a version, written last: its presence publishes the version.
 struct DeltaIndex {

@@ -1,31 +1,36 @@
 // The transport through a shared folder (sync.path) that every rank sees: each sync,
 // the source ranks (the trainers) write their share of the model as compressed,
-// checksummed deltas of the working-dtype bytes against a fixed baseline, rank 0
-// publishes the version with its index once every file is complete, and the engines read,
-// decode, verify and apply every file. The format is in sync/delta_format.h.
+// checksummed deltas of the working-dtype bytes against the bytes the engines hold, rank
+// 0 publishes the version with its index once every file is complete, and the engines
+// read, decode, verify and apply every file. The format is in sync/delta_format.h.
 //
 // Who is who, over comm (every rank of the job): ranks [0, source_ranks) are the trainers
 // and write, each the tensors dealt to it round-robin; the engines are every rank when
 // colocated (each rank is both), else the rollout ranks [source_ranks, size).
 //
-// The baseline is the bytes the engines start from, the same on both sides: the run's
-// initial weights (the seeded random model or model.path) in the working dtype, or, with
-// sync.baseline, the HF safetensors folder both sides load. It is fixed for the job: the
-// trainer's weights may already differ from it (a resumed run), so the first sync takes
-// the baseline and publishes version 1 at once, which brings the engines to the
-// trainer's weights; each later sync publishes the next version against the same
-// baseline. Before anything is written each source rank validates its share of an HF
-// baseline (dtype, shape, layout, presence).
+// A rolling baseline: version 0 is the bytes the engines start from, the same on both
+// sides (the run's initial weights, the seeded random model or model.path, in the
+// working dtype; or, with sync.baseline, the HF safetensors folder both sides load), and
+// version v is a delta against version v - 1. After each sync the sources and the engines
+// both take the new bytes as the base of the next, so a version holds one sync's change,
+// not the sum since the start. The first sync publishes nothing when the trainer's
+// weights are the baseline's (a fresh run), and version 1 when they differ (a resumed
+// run), which brings the engines to the trainer's weights. An engine applies the versions
+// in order, and refuses one whose base is not the version it holds. Before anything is
+// written each source rank validates its share of an HF baseline (dtype, shape, layout,
+// presence).
 //
 // No rank throws on its own: every failure (a baseline error, a write error, a full disk,
-// an engine's checksum mismatch) is gathered over comm and every rank fails together with
-// every failing rank's message. A version that fails while written is removed: nothing is
-// ever half-published.
+// an engine's checksum mismatch or wrong base) is gathered over comm and every rank fails
+// together with every failing rank's message. A version that fails while written is
+// removed: nothing is ever half-published.
 //
 // Speed: a source rank rounds the FP32 master weights to the working dtype on the device
 // (a staging buffer) and copies them once into pinned host memory; the tensors are
-// encoded, compressed and checksummed on every core; an engine decodes and verifies its
-// tensors on every core into pinned host memory and copies the slab to the device once.
+// encoded, compressed (in 4 MiB frames) and checksummed on every core; an engine decodes
+// the frames and verifies its tensors on every core in place in the pinned host copy of
+// the version it holds, and copies the slab to the device once. The parts' times are
+// logged at debug level.
 #pragma once
 #include <mpi.h>
 
@@ -80,10 +85,11 @@ class DiskDeltaTransport final : public WeightTransport {
 
  private:
   void take_baseline();
-  SyncReport publish_and_apply();
   void round_owned_tensors();
-  size_t apply_version(const std::filesystem::path& folder, int64_t version);
-  std::span<std::byte> bytes_of(std::span<std::byte> slab, const ParameterInfo& info) const;
+  bool any_source_differs_from_baseline();
+  SyncReport publish_and_apply(double round_seconds);
+  DeltaApplyStats apply_version(const std::filesystem::path& folder, int64_t version);
+  std::span<std::byte> bytes_of(PinnedMemory& slab, const ParameterInfo& info) const;
 
   MemoryPool& pool_;
   const ParameterLayout& layout_;
@@ -93,9 +99,11 @@ class DiskDeltaTransport final : public WeightTransport {
   int rank_ = 0, size_ = 1;
   Allocation* weights_ = nullptr;  // the engine's slab
   Allocation* staging_ = nullptr;  // a source rank's: its weights rounded on the device, a part at a time
-  std::vector<std::byte> baseline_;       // the whole slab in the working dtype, on the host
-  std::unique_ptr<PinnedMemory> state_;   // the new state, whole slab: a source's tensors, then the engine's
-  int64_t version_ = -1;                  // -1 until the baseline is taken; then the last published
+  // The version the engines hold, the base of the next, in the working dtype on the host:
+  // the whole slab on an engine, a source rank's own tensors on a trainer.
+  std::unique_ptr<PinnedMemory> held_;
+  std::unique_ptr<PinnedMemory> state_;  // a source rank's: the new state of its own tensors
+  int64_t version_ = -1;                 // the version held; -1 until the baseline is taken
 };
 
 }  // namespace tandem

@@ -47,10 +47,6 @@ class ColocatedMemory {
   ColocatedMemory(const ColocatedMemory&) = delete;
   ColocatedMemory& operator=(const ColocatedMemory&) = delete;
 
-  // The random policy of a run from scratch, deterministic from the seed (the same on
-  // every rank, as data-parallel replicas must be): N(0, 0.02) matrices and embeddings,
-  // ones for norm gains, zeros for biases.
-  static std::vector<float> initial_weights(const ParameterLayout& layout, uint64_t seed);
   // Rebuilds the allocations the pool names (dropped, now onloaded) that derive from the
   // master weights: the working copy.
   void rebuild(const std::vector<std::string>& names);

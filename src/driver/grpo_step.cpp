@@ -92,14 +92,16 @@ GrpoStep::GrpoStep(const Deck& deck, const ModelConfig& model, const ParameterLa
                                            memory.state_staging(), memory.state_slot_elements(), memory.shard()};
   trainer_ = std::make_unique<PolicyTrainer>(model, layout, trainer_memory, capacity, communicator, world_size);
   if (loss_.kl_coef != 0) {
-    // The frozen reference is the run's initial policy (the pretrained weights, or the
-    // seeded random model), read again so a restart gets the same one, under its own tag:
-    // it is trainer memory that never changes.
+    // The frozen reference (load_reference), under its own tag: it is trainer memory that
+    // never changes.
     reference_ = pool.allocate(tags::reference, layout.slab_bytes(dtype), "trainer.reference_weights");
-    const Tensor reference = Tensor::view(reference_->ptr, dtype, pool.device(), {layout.slab_elements()});
-    copy_floats_to_tensor(reference, initial_weights_from_deck(deck, layout));
-    trainer_->set_reference(reference);
+    reference_weights_ = Tensor::view(reference_->ptr, dtype, pool.device(), {layout.slab_elements()});
+    trainer_->set_reference(reference_weights_);
   }
+}
+
+void GrpoStep::load_reference(const std::vector<float>& initial_weights) {
+  if (reference_) copy_floats_to_tensor(reference_weights_, initial_weights);
 }
 
 GrpoStep::~GrpoStep() {

@@ -67,6 +67,11 @@ class GrpoStep {
            GroupSource* rollout_ranks = nullptr);
   ~GrpoStep();
 
+  // With a KL term (grpo.kl-coef != 0), the frozen reference becomes the run's initial
+  // policy (initial_weights_from_deck): on a restart too, so it is the same one.
+  bool has_reference() const { return reference_ != nullptr; }
+  void load_reference(const std::vector<float>& initial_weights);
+
   // The step's prompts from global index `cursor` on (the prompts the run has consumed),
   // G sampled completions each, their rewards and advantages. Collective. The first round
   // was sampled by a policy `first_round_age` steps old (a round ordered ahead under
@@ -86,6 +91,7 @@ class GrpoStep {
 
   MemoryPool& pool_;
   Allocation* reference_ = nullptr;  // the frozen initial policy, when the loss has a KL term
+  Tensor reference_weights_;         // its view
   Allocation* activations_ = nullptr;
   std::unique_ptr<Task> task_;
   PromptFormat format_;

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "driver/colocated_memory.h"
 #include "model/hf_import.h"
+#include "model/initial_weights.h"
 
 namespace tandem {
 
@@ -54,11 +54,7 @@ DType working_dtype_from_deck(const Deck& deck, Device device) {
 }
 
 std::vector<float> initial_weights_from_deck(const Deck& deck, const ParameterLayout& layout) {
-  const std::string path = deck.get<std::string>("model.path");
-  if (path.empty()) return ColocatedMemory::initial_weights(layout, static_cast<uint64_t>(deck.get<int64_t>("run.seed")));
-  std::vector<float> weights(static_cast<size_t>(layout.slab_elements()));
-  load_hf_weights(path, ParameterSet::bind(layout, weights.data(), DType::F32));
-  return weights;
+  return initial_weights(layout, deck.get<std::string>("model.path"), static_cast<uint64_t>(deck.get<int64_t>("run.seed")));
 }
 
 }  // namespace tandem

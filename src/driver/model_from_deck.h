@@ -12,7 +12,8 @@
 namespace tandem {
 ModelConfig model_config_from_deck(const Deck& deck);
 DType working_dtype_from_deck(const Deck& deck, Device device);
-// The policy a run starts from, as an FP32 host slab of `layout`: the folder's safetensors,
-// or tandem's random initialisation from run.seed. It is also the frozen KL reference.
+// The policy a run starts from, as an FP32 host slab of `layout` (model/initial_weights.h):
+// model.path's safetensors, or tandem's random initialisation from run.seed. It is also
+// the frozen KL reference and disk-delta's baseline.
 std::vector<float> initial_weights_from_deck(const Deck& deck, const ParameterLayout& layout);
 }

@@ -272,9 +272,13 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     changed_keys = changed_deck_keys(resumed_deck, deck.resolved_text());
     if (root)
       for (const std::string& change : changed_keys) TLOG(warning) << "the deck changed since the checkpoint: " << change;
-  } else {
-    // A fresh start: the pretrained weights of model.path, or a random model from the seed.
-    memory.load_weights(initial_weights_from_deck(deck, layout));
+  }
+  if (!resume_from || grpo.has_reference()) {
+    // The initial policy, read or drawn once: a fresh start's weights (model.path's, or a
+    // random model from the seed) and the KL term's frozen reference.
+    const std::vector<float> initial = initial_weights_from_deck(deck, layout);
+    if (!resume_from) memory.load_weights(initial);
+    grpo.load_reference(initial);
   }
 
   std::optional<RunFile> run_file;

@@ -161,6 +161,8 @@ TEST(Cli, RestartAutoResumesAndMatchesAnUninterruptedRun) { expect_restart_is_bi
 // The checkpoints above are written in the background (run.checkpoint-async's default);
 // the synchronous writer must restart as exactly.
 TEST(Cli, RestartFromSynchronousCheckpointsIsBitExact) { expect_restart_is_bit_exact(" --run.checkpoint-async=false"); }
+// The KL term's frozen reference is the initial policy, which a restart draws again.
+TEST(Cli, RestartWithAKlTermIsBitExact) { expect_restart_is_bit_exact(" --grpo.kl-coef=0.05"); }
 
 // Dynamic sampling draws a varying number of prompts per step: the prompt cursor in the
 // checkpoint is what lets the restart draw the same ones.

@@ -538,11 +538,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (!sft)
       if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
         TLOG(warning) << *collapse;
-    if (stop_here) checkpoint_writer.wait();
-    if (stop_here)
+    if (stop_here) {
+      checkpoint_writer.wait();
       throw RanksFailedError(kExitNumericalFailure,  // every rank saw the same norm
                              non_finite_text + "; the update was skipped and checkpoint " + checkpoint_file_name(step) +
                                  " holds the weights before it (train.on-nonfinite = skip would step over it)");
+    }
     if (non_finite && root)
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }

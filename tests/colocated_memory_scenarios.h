@@ -70,11 +70,16 @@ struct ColocatedRun {
     activations = pool->allocate(tags::activations, 32 << 20, "trainer.activations");
     reference = pool->allocate(tags::reference, layout.slab_bytes(DType::F32), "trainer.reference_weights");
     for (Tag tag : deferred) pool->set_deferred(tag, false);
+    // As run_job does: plan, fill the cache beside the staged weights, the rest after.
+    MemoryBaseline baseline;
+    baseline.startup_staging = layout.slab_bytes(DType::F32);
+    plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, baseline);
+    pool->fill_host_cache(plan->host_cache_fill().beside_staging);
     weights.resize(static_cast<size_t>(layout.slab_elements()));
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i % 977) * 1e-3f;
     memory->load_weights(weights);
     copy_host_to_tensor(slab(reference), weights.data());
-    plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, MemoryBaseline{});
+    pool->fill_host_cache(plan->host_cache_fill().after_staging);
     executor = std::make_unique<HandoffExecutor>(
         *pool, handoff, [this] { return syncs.emplace_back(memory->sync_weights()); },
         [this](const std::vector<std::string>& names) { memory->rebuild(names); });
@@ -148,6 +153,16 @@ inline void expect_every_mode_level_and_transport_keeps_its_promise(Device devic
     } else {
       EXPECT_EQ(host_peak, trainer_state + P) << "cpu mode holds the trainer's state and the engine's copy at once";
     }
+    // Start-up filled in every host buffer: no handoff allocated one, start-up's included,
+    // and start-up held no more beside the staged weights than it holds once they are gone.
+    EXPECT_EQ(run.pool->stats().offload_host_allocations, 0u);
+    const HostCacheFill& fill = run.plan->host_cache_fill();
+    size_t filled = 0, beside = 0;
+    for (size_t capacity : fill.beside_staging) filled += capacity, beside += capacity;
+    for (size_t capacity : fill.after_staging) filled += capacity;
+    EXPECT_EQ(filled, host_peak);
+    EXPECT_LE(beside + run.layout.slab_bytes(DType::F32), filled);
+    EXPECT_FALSE(fill.after_staging.empty()) << "the staged weights leave one slab's buffer for after";
 
     // Start-up holds no more than the step does, and in cpu mode never both sides.
     EXPECT_LE(run.startup.device_pool, device_peak_after_generate);

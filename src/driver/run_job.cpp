@@ -212,7 +212,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   startup_memory.begin();
   const HandoffConfig handoff_config = handoff_config_from_deck(deck);
   // Buffers the first handoffs would give up start unmapped: start-up holds no more than a step.
-  const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
+  const std::vector<Tag> deferred =
+      deferred_at_startup(handoff_config, starts_afresh(folder, deck.get<std::string>("run.restart")));
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =

@@ -244,10 +244,8 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_a
       {"rollout/aborted_requests", static_cast<double>(summary.aborted_requests)},
   };
   if (engine_) {
-    // The decode sizes this rollout used for the first time: graphs captured, and the time.
+    // What the decode sizes this rollout used for the first time cost it (graph captures).
     const EngineStats now = engine_->stats();
-    summary.sampling_metrics.push_back(
-        {"rollout/graphs_captured", static_cast<double>(now.graphs_captured - engine_stats_.graphs_captured)});
     summary.sampling_metrics.push_back(
         {"rollout/graph_setup_seconds", now.graph_setup_seconds - engine_stats_.graph_setup_seconds});
     engine_stats_ = now;

@@ -133,6 +133,8 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
 void add_memory_metrics(MetricValues& metrics, const MemoryStats& stats) {
   metrics.push_back({"memory/device_peak", static_cast<double>(stats.device_peak)});
   metrics.push_back({"memory/host_peak", static_cast<double>(stats.host_peak)});
+  // Since the job began; 0 when start-up filled the pinned host cache with every buffer.
+  metrics.push_back({"memory/offload_host_allocations", static_cast<double>(stats.offload_host_allocations)});
   for (const auto& [tag, usage] : stats.per_tag) {
     metrics.push_back({"memory/" + tag + "/device_peak", static_cast<double>(usage.device_peak)});
     metrics.push_back({"memory/" + tag + "/host_peak", static_cast<double>(usage.host_peak)});
@@ -210,7 +212,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   startup_memory.begin();
   const HandoffConfig handoff_config = handoff_config_from_deck(deck);
   // Buffers the first handoffs would give up start unmapped: start-up holds no more than a step.
-  const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
+  const std::vector<Tag> deferred =
+      deferred_at_startup(handoff_config, starts_afresh(folder, deck.get<std::string>("run.restart")));
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
@@ -243,6 +246,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
   TLOG(info) << "\n" << plan.table();
   check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
+  // The handoffs' pinned host buffers are allocated on the pool's thread beside what
+  // start-up does from here on (a restart's checkpoint read, the initial weights' draw),
+  // not by the start-up handoff: as many as fit beside the staged weights now, the rest
+  // once they are on the device.
+  const HostCacheFill& host_cache_fill = plan.host_cache_fill();
+  if (!host_cache_fill.beside_staging.empty()) pool->fill_host_cache(host_cache_fill.beside_staging);
 
   // Restart: the newest checkpoint of this run that loads and verifies, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
@@ -280,6 +289,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (!resume_from) memory.load_weights(initial);
     grpo.load_reference(initial);
   }
+  if (!host_cache_fill.after_staging.empty()) pool->fill_host_cache(host_cache_fill.after_staging);
 
   std::optional<RunFile> run_file;
   if (root) {

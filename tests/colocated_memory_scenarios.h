@@ -86,6 +86,7 @@ struct ColocatedRun {
         [this](const std::vector<std::string>& names) { memory->rebuild(names); });
     executor->run(HandoffPoint::Startup);
     executor->run(HandoffPoint::BeforeSync);
+    pool->wait_for_host_cache_fill();  // as run_job: the start-up phase holds the whole fill
     startup = startup_memory.end();
   }
 

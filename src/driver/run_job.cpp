@@ -345,6 +345,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   }
   if (rollout_ranks_client) rollout_ranks_client->announce(EngineOrder::StartStopPoint);
   StopPoint stop_point(job_comm, root ? stop_deadline_from_deck(deck, start_time) : std::nullopt);
+  // Start-up ends once the host cache is filled: the plan counts its buffers there. The
+  // last ones were allocated beside the start-up handoff, so little is left to wait for.
+  pool->wait_for_host_cache_fill();
   std::optional<PhasePeak> startup_peak = startup_memory.end();  // recorded with the job's first step
   // The first checkpoint's pinned snapshot is allocated beside the first rollout, not at
   // the checkpoint (the memory plan counts it in every step's phases).

@@ -296,6 +296,11 @@ class TaggedMemoryPool final : public MemoryPool {
     filler_ = std::jthread([this](std::stop_token stop) { fill_from_queue(stop); });
   }
 
+  void wait_for_host_cache_fill() override {
+    std::unique_lock lock(mutex_);
+    cache_changed_.wait(lock, [&] { return !filler_running_; });
+  }
+
   size_t trim_host_cache() override {
     std::unique_lock lock(mutex_);
     cache_changed_.wait(lock, [&] { return !filler_running_; });

@@ -131,6 +131,9 @@ class MemoryPool {
   // start-up. A failed allocation is rethrown by the next offload. Throws
   // std::invalid_argument when the pool has no pinned host cache.
   virtual void fill_host_cache(const std::vector<size_t>& capacities) = 0;
+  // Waits until every buffer given to fill_host_cache is in the cache (or failed: the next
+  // offload rethrows it), so that a phase's measured peak holds them as its plan does.
+  virtual void wait_for_host_cache_fill() = 0;
   // Frees every cached host buffer (after a fill in progress); returns the bytes given
   // back to the system.
   virtual size_t trim_host_cache() = 0;

@@ -23,11 +23,12 @@ inline constexpr int kPairsPerLane = 8 / N;
 // k's. Lane i holds packs i, i + S, ... of the first half and the same packs of the
 // second half: the dims that rotate together, so only the norm's sum crosses lanes.
 // Every thread computes its own angles: a head's sincosf are cheap next to a launch.
+// q_rstd and k_rstd are null unless the caller keeps each head's 1/rms (training).
 template <class T, int N, int S, bool Norm>
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(T* q_out, T* k_out, const T* q, const T* k, const T* q_norm, const T* k_norm,
-                        const int32_t* positions, const float* inv_freq, int64_t tokens, int heads, int kv_heads,
-                        int half, float eps) {
+                        float* q_rstd, float* k_rstd, const int32_t* positions, const float* inv_freq,
+                        int64_t tokens, int heads, int kv_heads, int half, float eps) {
   constexpr int L = kPairsPerLane<N>;
   const int heads_per_token = heads + kv_heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / S) + threadIdx.x / S;
@@ -58,6 +59,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < N; ++e) sum += x1[j][e] * x1[j][e] + x2[j][e] * x2[j][e];
     }
     const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
+    float* rstd = is_q ? q_rstd : k_rstd;
+    if (rstd && lane == 0) rstd[is_q ? t * heads + h : t * kv_heads + (h - heads)] = r;
 #pragma unroll
     for (int j = 0; j < L; ++j) {
       const int p = lane + j * S;
@@ -95,7 +98,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                           const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                          int heads, int kv_heads, float eps, cudaStream_t stream) {
+                          int heads, int kv_heads, float eps, const Tensor& q_rstd, const Tensor& k_rstd,
+                          cudaStream_t stream) {
   constexpr const char* op = "cuda::qk_norm_rope_forward";
   check_op_arg(q, op, "q", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   if (heads <= 0 || kv_heads <= 0 || q.shape[1] % heads != 0 || (q.shape[1] / heads) % 2 != 0)
@@ -116,6 +120,12 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
     check_op_arg(q_norm, op, "q_norm", Device::CUDA, {q.dtype}, {D});
     check_op_arg(k_norm, op, "k_norm", Device::CUDA, {q.dtype}, {D});
   }
+  const bool keep_rstd = q_rstd.data || k_rstd.data;
+  if (keep_rstd) {
+    if (!norm) throw std::invalid_argument(std::string(op) + ": rstd outputs given without q/k norm weights");
+    check_op_arg(q_rstd, op, "q_rstd", Device::CUDA, {DType::F32}, {T * heads});
+    check_op_arg(k_rstd, op, "k_rstd", Device::CUDA, {DType::F32}, {T * kv_heads});
+  }
   if (T == 0) return;
   const int half = static_cast<int>(D / 2);
   const int64_t rows = T * (heads + kv_heads);
@@ -132,8 +142,8 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
         qk_norm_rope_kernel<E, P, S, decltype(with_norm)::value>
             <<<static_cast<unsigned>((rows * S + threads - 1) / threads), threads, 0, stream>>>(
                 q_out.ptr<E>(), k_out.ptr<E>(), q.ptr<E>(), k.ptr<E>(),
-                q_norm.ptr<E>(), k_norm.ptr<E>(), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads,
-                kv_heads, half, eps);
+                q_norm.ptr<E>(), k_norm.ptr<E>(), q_rstd.ptr<float>(), k_rstd.ptr<float>(),
+                positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads, kv_heads, half, eps);
       });
     };
     // Every head starts a multiple of head_dim = 2·half elements in, so packs of N line

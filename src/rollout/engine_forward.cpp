@@ -151,7 +151,8 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
     }
     // Without qk_norm the weights are empty and q, k rotate in place.
     const Tensor q_in = config_.qk_norm ? rows(s.q_normed) : q, k_in = config_.qk_norm ? rows(s.k_normed) : k;
-    ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps);
+    ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
+                              Tensor{});
     attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
     attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});

@@ -92,10 +92,10 @@ Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::
 
     ops_.matmul_forward(rows(a.gate), normed, p.gate_proj, Tensor{});
     ops_.matmul_forward(rows(a.up), normed, p.up_proj, Tensor{});
-    ops_.swiglu_forward(rows(acts.mlp_hidden), rows(a.gate), rows(a.up));
+    ops_.swiglu_forward(rows(a.mlp_hidden), rows(a.gate), rows(a.up));
     const bool last = l + 1 == config_.layers;
     const Tensor next = rows(last ? acts.output : acts.layers[l + 1].input);
-    ops_.matmul_forward(next, rows(acts.mlp_hidden), p.down_proj, Tensor{});
+    ops_.matmul_forward(next, rows(a.mlp_hidden), p.down_proj, Tensor{});
     ops_.add_rmsnorm_forward(normed, rows(last ? acts.output_rstd : acts.layers[l + 1].input_rstd), next, mid,
                              last ? params.final_norm : params.layers[l + 1].input_norm, eps);
   }
@@ -135,8 +135,7 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
 
     // MLP branch.
     ops_.rmsnorm_forward(normed, rows(a.mid_rstd), mid, p.post_attention_norm, eps);
-    ops_.swiglu_forward(rows(acts.mlp_hidden), rows(a.gate), rows(a.up));
-    ops_.matmul_backward(rows(acts.d_mlp_hidden), g.down_proj, Tensor{}, d_residual, rows(acts.mlp_hidden),
+    ops_.matmul_backward(rows(acts.d_mlp_hidden), g.down_proj, Tensor{}, d_residual, rows(a.mlp_hidden),
                          p.down_proj, overwrite);
     ops_.swiglu_backward(rows(acts.d_gate), rows(acts.d_up), rows(acts.d_mlp_hidden), rows(a.gate), rows(a.up));
     ops_.matmul_backward(d_normed, g.gate_proj, Tensor{}, rows(acts.d_gate), normed, p.gate_proj, overwrite);

@@ -49,9 +49,6 @@ void CudaOps::copy_from_host(const Tensor& dst, const void* src) {
 
 void CudaOps::zero(const Tensor& dst) { cuda::zero(dst, stream_); }
 void CudaOps::copy(const Tensor& dst, const Tensor& src) { cuda::copy(dst, src, stream_); }
-void CudaOps::split_columns(const std::vector<Tensor>& parts, const Tensor& x) {
-  cuda::split_columns(parts, x, stream_);
-}
 
 void CudaOps::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   cuda::embedding_forward(out, table, ids, stream_);

@@ -25,26 +25,6 @@ struct AddBody {
   }
 };
 
-// Over the elements of x [N, W]; a pack of M elements is copied as it is into the part
-// its columns fall in. Packs are used only when every part is a whole number of them,
-// so that none straddles two parts (or two rows).
-template <class T>
-struct SplitColumnsBody {
-  const T* x;
-  int64_t width;  // W
-  T* parts[kMaxSplitParts];
-  int64_t ends[kMaxSplitParts];  // the column after part p, ascending; the last is W
-  template <int M>
-  __device__ void apply(int64_t i) const {
-    const int64_t row = i / width, column = i - row * width;
-    int p = 0;
-    while (column >= ends[p]) ++p;
-    const int64_t begin = p ? ends[p - 1] : 0;
-    T* to = parts[p] + row * (ends[p] - begin) + (column - begin);
-    *reinterpret_cast<Pack<T, M>*>(to) = *reinterpret_cast<const Pack<T, M>*>(x + i);
-  }
-};
-
 void require_device_tensor(const Tensor& t, const char* op, const char* arg) {
   if (!t.data || t.device != Device::CUDA || !t.is_contiguous())
     throw std::invalid_argument(std::string(op) + ": argument '" + arg +
@@ -65,34 +45,6 @@ void copy(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
     throw std::invalid_argument("cuda::copy: cannot copy " + src.describe() + " into " + dst.describe());
   check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream), "cuda::copy",
              "cudaMemcpyAsync");
-}
-
-void split_columns(const std::vector<Tensor>& parts, const Tensor& x, cudaStream_t stream) {
-  constexpr const char* op = "cuda::split_columns";
-  check_op_arg(x, op, "x", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
-  if (parts.empty() || parts.size() > kMaxSplitParts)
-    throw std::invalid_argument(std::string(op) + ": " + std::to_string(parts.size()) + " parts, not 1 to " +
-                                std::to_string(kMaxSplitParts));
-  int64_t widths = 0;
-  for (const Tensor& part : parts) {
-    check_op_arg(part, op, "parts", Device::CUDA, {x.dtype}, {x.shape[0], kAnyExtent});
-    widths += part.shape[1];
-  }
-  if (widths != x.shape[1])
-    throw std::invalid_argument(std::string(op) + ": parts of " + std::to_string(widths) + " columns in all for " +
-                                x.describe());
-  dispatch_data(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    SplitColumnsBody<T> body{x.ptr<T>(), x.shape[1], {}, {}};
-    bool aligned = aligned16(x.data);
-    int64_t end = 0;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      body.parts[p] = parts[p].ptr<T>();
-      body.ends[p] = end += parts[p].shape[1];
-      aligned = aligned && aligned16(parts[p].data) && parts[p].shape[1] % kPack<T> == 0;
-    }
-    launch_flat<T>(x.numel(), aligned, body, stream, op);
-  });
 }
 
 void add(const Tensor& out, const Tensor& a, const Tensor& b, cudaStream_t stream) {

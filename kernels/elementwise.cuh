@@ -1,10 +1,9 @@
-// Whole-tensor operations on the GPU: zero, copy, split_columns and the residual add. CPU
-// twins: CpuOps::zero, copy, split_columns and add (src/model/cpu_ops.cpp), compared in
+// Whole-tensor operations on the GPU: zero, copy and the residual add. CPU
+// twins: CpuOps::zero, copy and add (src/model/cpu_ops.cpp), compared in
 // tests/gpu_ops_pointwise.cpp.
 #pragma once
 #include <cuda_runtime.h>
 
-#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -14,11 +13,6 @@ namespace tandem::cuda {
 void zero(const Tensor& dst, cudaStream_t stream);
 // dst = src: same dtype and shape, both on the GPU.
 void copy(const Tensor& dst, const Tensor& src, cudaStream_t stream);
-// At most this many parts in one split: their addresses travel in the kernel's arguments.
-inline constexpr int kMaxSplitParts = 4;
-// x [N, W] into its column blocks left to right, parts[i] [N, W_i] with Σ W_i = W; one
-// data dtype (F32 or BF16), copied exactly, in one launch.
-void split_columns(const std::vector<Tensor>& parts, const Tensor& x, cudaStream_t stream);
 // out = a + b, all [N, D] of one data dtype (F32 or BF16); out may alias a or b.
 void add(const Tensor& out, const Tensor& a, const Tensor& b, cudaStream_t stream);
 

@@ -6,21 +6,13 @@
 
 #include "logprobs.cuh"
 #include "model/op_args.h"
+#include "pointwise.cuh"
 
 namespace tandem::cuda {
 
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ inline T from_float(float x);
-template <>
-__device__ inline float from_float<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // The running state of a row's reduction over some of its z = logits/temperature:
 // the max m, s = sum exp(z - m) and w = sum exp(z - m) (z - m). Then lse = m + log s and
@@ -30,17 +22,25 @@ struct RowState {
   float m = -FLT_MAX, s = 0.f, w = 0.f;
 };
 
-__device__ inline void add(RowState& r, float z) {
-  if (z > r.m) {
-    // Moving the reference to z: sum e^(z_i - z) (z_i - z) = e^(m - z) (w + (m - z) s).
-    const float scale = __expf(r.m - z);
-    r.w = r.s == 0.f ? 0.f : scale * (r.w + (r.m - z) * r.s);
-    r.s = r.s * scale + 1.f;
-    r.m = z;
-  } else {
-    const float e = __expf(z - r.m);
-    r.s += e;
-    r.w += e * (z - r.m);
+// Adds the N values z: one move of the reference to their max (when it is larger), then
+// one exponential each.
+template <int N>
+__device__ inline void add(RowState& r, const float (&z)[N]) {
+  float top = z[0];
+#pragma unroll
+  for (int e = 1; e < N; ++e) top = fmaxf(top, z[e]);
+  if (top > r.m) {
+    // Moving the reference to top: sum e^(z_i - top) (z_i - top) = e^(m - top) (w + (m - top) s).
+    const float scale = __expf(r.m - top);
+    r.w = r.s == 0.f ? 0.f : scale * (r.w + (r.m - top) * r.s);
+    r.s *= scale;
+    r.m = top;
+  }
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const float d = z[e] - r.m, x = __expf(d);
+    r.s += x;
+    r.w += x * d;
   }
 }
 
@@ -78,13 +78,58 @@ __device__ inline void block_reduce(RowState& r) {
   r = RowState{shared_m[0], shared_s[0], shared_w[0]};
 }
 
+// A row of V elements in three parts: the elements before the first 16-byte boundary, whole
+// packs of 16 bytes, the elements after the last. Row starts are 16-byte aligned only when
+// V·sizeof(T) is a multiple of 16 (Qwen3's 151,936 is), hence the parts per row.
+template <class T>
+struct RowParts {
+  int64_t head, packs;  // elements before the packs; number of packs
+  __device__ RowParts(const T* x, int64_t V) {
+    const auto misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16 / sizeof(T));
+    head = misaligned == 0 ? 0 : (kPack<T> - misaligned < V ? kPack<T> - misaligned : V);
+    packs = (V - head) / kPack<T>;
+  }
+  // The elements outside the packs, indexed from 0 to outside(V).
+  __device__ int64_t outside(int64_t V) const { return V - packs * kPack<T>; }
+  __device__ int64_t outside_index(int64_t i) const { return i < head ? i : head + packs * kPack<T> + (i - head); }
+};
+
+// Two packs in flight per thread: one block per row has too few threads to keep enough
+// loads in flight with one.
+constexpr int kPacksInFlight = 2;
+
 template <class T>
 __global__ void forward_kernel(float* logp, float* entropy, float* lse, const T* logits, const int32_t* targets,
                                int64_t V, float inv_temperature) {
+  constexpr int N = kPack<T>;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * V;
+  const RowParts<T> parts(x, V);
+  const T* packed = x + parts.head;
   RowState r;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) add(r, to_float(x[v]) * inv_temperature);
+  int64_t p = threadIdx.x;
+  for (; p + (kPacksInFlight - 1) * blockDim.x < parts.packs; p += kPacksInFlight * blockDim.x) {
+    float z[kPacksInFlight][N];
+#pragma unroll
+    for (int j = 0; j < kPacksInFlight; ++j) load<N>(packed + (p + j * blockDim.x) * N, z[j]);
+#pragma unroll
+    for (int j = 0; j < kPacksInFlight; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) z[j][e] *= inv_temperature;
+      add(r, z[j]);
+    }
+  }
+  for (; p < parts.packs; p += blockDim.x) {
+    float z[N];
+    load<N>(packed + p * N, z);
+#pragma unroll
+    for (int e = 0; e < N; ++e) z[e] *= inv_temperature;
+    add(r, z);
+  }
+  for (int64_t i = threadIdx.x; i < parts.outside(V); i += blockDim.x) {
+    const float z[1] = {to_float(x[parts.outside_index(i)]) * inv_temperature};
+    add(r, z);
+  }
   block_reduce(r);
   if (threadIdx.x == 0) {
     const float log_s = logf(r.s);
@@ -96,23 +141,45 @@ __global__ void forward_kernel(float* logp, float* entropy, float* lse, const T*
   }
 }
 
+// d/dz of g_logp·log p[target] + g_entropy·H at element v of a row.
+struct RowGradient {
+  float g_logp, g_entropy, h, lse, inv_temperature;
+  int32_t target;
+  __device__ float operator()(float x, int64_t v) const {
+    const float log_p = x * inv_temperature - lse, p = __expf(log_p);
+    const float dz = g_logp * ((v == target ? 1.f : 0.f) - p) - g_entropy * p * (log_p + h);
+    return dz * inv_temperature;
+  }
+};
+
 template <class T>
 __global__ void backward_kernel(T* dlogits, const T* logits, const int32_t* targets, const float* lse,
                                 const float* entropy, const float* dlogp, const float* dentropy, int64_t V,
                                 float inv_temperature) {
+  constexpr int N = kPack<T>;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * V;
   T* dx = dlogits + row * V;
   const int32_t target = targets[row];
   const float g_logp = target >= 0 ? dlogp[row] : 0.f;
   const float g_entropy = target >= 0 && dentropy ? dentropy[row] : 0.f;
-  const float h = g_entropy != 0.f ? entropy[row] : 0.f;
-  const float row_lse = lse[row];
-  // Each element is read before it is written by the same thread: in-place is safe.
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-    const float log_p = to_float(x[v]) * inv_temperature - row_lse, p = __expf(log_p);
-    const float dz = g_logp * ((v == target ? 1.f : 0.f) - p) - g_entropy * p * (log_p + h);
-    dx[v] = from_float<T>(dz * inv_temperature);
+  const RowGradient gradient{g_logp, g_entropy, g_entropy != 0.f ? entropy[row] : 0.f, lse[row], inv_temperature,
+                             target};
+  // dlogits has the same misalignment as logits (the same row length, 16-byte aligned
+  // bases), so the packs of one are the packs of the other. Each element is read before
+  // it is written by the same thread: in-place is safe.
+  const RowParts<T> parts(x, V);
+  for (int64_t p = threadIdx.x; p < parts.packs; p += blockDim.x) {
+    const int64_t first = parts.head + p * N;
+    float z[N];
+    load<N>(x + first, z);
+#pragma unroll
+    for (int e = 0; e < N; ++e) z[e] = gradient(z[e], first + e);
+    store<N>(dx + first, z);
+  }
+  for (int64_t i = threadIdx.x; i < parts.outside(V); i += blockDim.x) {
+    const int64_t v = parts.outside_index(i);
+    dx[v] = from_float<T>(gradient(to_float(x[v]), v));
   }
 }
 

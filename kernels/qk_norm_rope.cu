@@ -18,80 +18,169 @@ constexpr int64_t kBusyBlocks = 256;
 template <int N>
 inline constexpr int kPairsPerLane = 8 / N;
 
+// Where one of the three head groups (q, k, v) of a token row is read and written: row t's
+// head j of the group starts at in + t * in_stride + j * head_dim and goes to out +
+// r * out_stride + j * head_dim, r being t, or slots[t] for the groups stored into the KV
+// cache (a row outside the cache's `rows` is skipped, as paged_store skips it).
+template <class T>
+struct HeadGroup {
+  const T* in = nullptr;
+  int64_t in_stride = 0;
+  T* out = nullptr;
+  int64_t out_stride = 0;
+  const T* weight = nullptr;  // the per-head norm, or null (rope alone; v is copied as it is)
+  bool to_slots = false;
+  float* rstd = nullptr;  // each head's 1/rms, at t * (the group's heads) + j, or null (not kept)
+};
+
 // One head of one token per team of S lanes (a power of two up to a warp): row r of the
-// tokens·(heads + kv_heads) rows is token r / (heads + kv_heads), q's heads first, then
-// k's. Lane i holds packs i, i + S, ... of the first half and the same packs of the
-// second half: the dims that rotate together, so only the norm's sum crosses lanes.
-// Every thread computes its own angles: a head's sincosf are cheap next to a launch.
-// q_rstd and k_rstd are null unless the caller keeps each head's 1/rms (training).
+// tokens·(heads + kv_heads + v_heads) rows is token r / (heads + kv_heads + v_heads),
+// q's heads first, then k's, then v's (none when v_heads is 0). Lane i holds packs i,
+// i + S, ... of the first half and the same packs of the second half: the dims that rotate
+// together, so only the norm's sum crosses lanes. Every thread computes its own angles: a
+// head's sincosf are cheap next to a launch.
 template <class T, int N, int S, bool Norm>
 __global__ void __launch_bounds__(kThreads)
-    qk_norm_rope_kernel(T* q_out, T* k_out, const T* q, const T* k, const T* q_norm, const T* k_norm,
-                        float* q_rstd, float* k_rstd, const int32_t* positions, const float* inv_freq,
-                        int64_t tokens, int heads, int kv_heads, int half, float eps) {
+    qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const int32_t* slots, int64_t slot_rows,
+                        const int32_t* positions, const float* inv_freq, int64_t tokens, int heads, int kv_heads,
+                        int v_heads, int half, float eps) {
   constexpr int L = kPairsPerLane<N>;
-  const int heads_per_token = heads + kv_heads;
+  const int heads_per_token = heads + kv_heads + v_heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / S) + threadIdx.x / S;
   if (row >= tokens * heads_per_token) return;  // the whole team, so no lane waits in its sum
   const int lane = threadIdx.x % S;
   const int64_t t = row / heads_per_token;
   const int h = static_cast<int>(row % heads_per_token);
-  const bool is_q = h < heads;
-  const int64_t offset = (is_q ? t * heads + h : t * kv_heads + (h - heads)) * 2 * half;
-  const T* in = (is_q ? q : k) + offset;
-  T* out = (is_q ? q_out : k_out) + offset;
+  const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
+  const HeadGroup<T>& g = group == 0 ? q : group == 1 ? k : v;
+  const int j = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);
+  int64_t out_row = t;
+  if (g.to_slots) {
+    out_row = slots[t];
+    if (out_row < 0 || out_row >= slot_rows) return;
+  }
+  const T* in = g.in + t * g.in_stride + j * 2 * half;
+  T* out = g.out + out_row * g.out_stride + j * 2 * half;
   const int packs = half / N;
   float x1[L][N], x2[L][N];
 #pragma unroll
-  for (int j = 0; j < L; ++j) {
-    const int p = lane + j * S;
+  for (int i = 0; i < L; ++i) {
+    const int p = lane + i * S;
     if (p >= packs) continue;
-    load<N>(in + p * N, x1[j]);
-    load<N>(in + half + p * N, x2[j]);
+    load<N>(in + p * N, x1[i]);
+    load<N>(in + half + p * N, x2[i]);
+  }
+  if (group == 2) {  // values: stored as they are
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+      const int p = lane + i * S;
+      if (p >= packs) continue;
+      store<N>(out + p * N, x1[i]);
+      store<N>(out + half + p * N, x2[i]);
+    }
+    return;
   }
   if constexpr (Norm) {
-    const T* weight = is_q ? q_norm : k_norm;
     float sum = 0;
 #pragma unroll
-    for (int j = 0; j < L; ++j) {
-      if (lane + j * S >= packs) continue;
+    for (int i = 0; i < L; ++i) {
+      if (lane + i * S >= packs) continue;
 #pragma unroll
-      for (int e = 0; e < N; ++e) sum += x1[j][e] * x1[j][e] + x2[j][e] * x2[j][e];
+      for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
     }
     const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
-    float* rstd = is_q ? q_rstd : k_rstd;
-    if (rstd && lane == 0) rstd[is_q ? t * heads + h : t * kv_heads + (h - heads)] = r;
+    if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + j] = r;
 #pragma unroll
-    for (int j = 0; j < L; ++j) {
-      const int p = lane + j * S;
+    for (int i = 0; i < L; ++i) {
+      const int p = lane + i * S;
       if (p >= packs) continue;
       float w1[N], w2[N];
-      load<N>(weight + p * N, w1);
-      load<N>(weight + half + p * N, w2);
+      load<N>(g.weight + p * N, w1);
+      load<N>(g.weight + half + p * N, w2);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        x1[j][e] = w1[e] * (x1[j][e] * r);
-        x2[j][e] = w2[e] * (x2[j][e] * r);
+        x1[i][e] = w1[e] * (x1[i][e] * r);
+        x2[i][e] = w2[e] * (x2[i][e] * r);
       }
     }
   }
   // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
   const float position = static_cast<float>(positions[t]);
 #pragma unroll
-  for (int j = 0; j < L; ++j) {
-    const int p = lane + j * S;
+  for (int i = 0; i < L; ++i) {
+    const int p = lane + i * S;
     if (p >= packs) continue;
     float y1[N], y2[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       float sine, cosine;
       sincosf(position * inv_freq[p * N + e], &sine, &cosine);
-      y1[e] = x1[j][e] * cosine - x2[j][e] * sine;
-      y2[e] = x2[j][e] * cosine + x1[j][e] * sine;
+      y1[e] = x1[i][e] * cosine - x2[i][e] * sine;
+      y2[e] = x2[i][e] * cosine + x1[i][e] * sine;
     }
     store<N>(out + p * N, y1);
     store<N>(out + half + p * N, y2);
   }
+}
+
+// The launch for both ops: T tokens of `heads` + `kv_heads` (+ `v_heads`) heads of
+// 2·half elements. Packs of 16 bytes when every head start is 16-byte aligned: the bases
+// and the row strides, with half a multiple of the pack.
+template <class E>
+void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<E>& v, const int32_t* slots,
+                  int64_t slot_rows, const Tensor& positions, const Tensor& inv_freq, int64_t T, int heads,
+                  int kv_heads, int v_heads, int half, float eps, cudaStream_t stream) {
+  const int64_t rows = T * (heads + kv_heads + v_heads);
+  const bool norm = q.weight || k.weight;
+  auto launch = [&](auto pack, auto with_norm) {
+    constexpr int P = decltype(pack)::value, L = kPairsPerLane<P>;
+    with_team_size<1, 32>((half / P + L - 1) / L, [&](auto team) {
+      constexpr int S = decltype(team)::value;
+      // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp,
+      // until there are enough to occupy every SM.
+      int threads = kThreads;
+      while ((rows * S + threads - 1) / threads < kBusyBlocks && threads / 2 >= 32) threads /= 2;
+      qk_norm_rope_kernel<E, P, S, decltype(with_norm)::value>
+          <<<static_cast<unsigned>((rows * S + threads - 1) / threads), threads, 0, stream>>>(
+              q, k, v, slots, slot_rows, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads, kv_heads,
+              v_heads, half, eps);
+    });
+  };
+  auto starts_aligned = [](const HeadGroup<E>& g) {
+    return !g.in || (aligned16(g.in, g.out) && (g.in_stride * sizeof(E)) % 16 == 0 &&
+                     (g.out_stride * sizeof(E)) % 16 == 0 && (!g.weight || aligned16(g.weight)));
+  };
+  auto with_pack = [&](auto with_norm) {
+    if (half % kPack<E> == 0 && starts_aligned(q) && starts_aligned(k) && starts_aligned(v))
+      launch(std::integral_constant<int, kPack<E>>{}, with_norm);
+    else
+      launch(std::integral_constant<int, 1>{}, with_norm);
+  };
+  if (norm)
+    with_pack(std::true_type{});
+  else
+    with_pack(std::false_type{});
+}
+
+// heads of even size, at most kQkNormRopeMaxHeadDim; returns head_dim.
+int64_t checked_head_dim(const char* op, const Tensor& x, int64_t width, int heads, int kv_heads) {
+  if (heads <= 0 || kv_heads <= 0 || width % heads != 0 || (width / heads) % 2 != 0)
+    throw std::invalid_argument(std::string(op) + ": " + x.describe() + " does not split into " +
+                                std::to_string(heads) + " heads of even size (with " + std::to_string(kv_heads) +
+                                " key heads)");
+  const int64_t D = width / heads;
+  if (D > kQkNormRopeMaxHeadDim)
+    throw std::invalid_argument(std::string(op) + ": heads of " + std::to_string(D) + " exceed the " +
+                                std::to_string(kQkNormRopeMaxHeadDim) + " supported");
+  return D;
+}
+
+// The norm weights [head_dim] of `dtype`, or both empty; returns whether they are there.
+bool checked_norms(const char* op, const Tensor& q_norm, const Tensor& k_norm, DType dtype, int64_t D) {
+  if (!q_norm.data && !k_norm.data) return false;
+  check_op_arg(q_norm, op, "q_norm", Device::CUDA, {dtype}, {D});
+  check_op_arg(k_norm, op, "k_norm", Device::CUDA, {dtype}, {D});
+  return true;
 }
 
 }  // namespace
@@ -102,63 +191,56 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
                           cudaStream_t stream) {
   constexpr const char* op = "cuda::qk_norm_rope_forward";
   check_op_arg(q, op, "q", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
-  if (heads <= 0 || kv_heads <= 0 || q.shape[1] % heads != 0 || (q.shape[1] / heads) % 2 != 0)
-    throw std::invalid_argument(std::string(op) + ": " + q.describe() + " does not split into " +
-                                std::to_string(heads) + " heads of even size (with " + std::to_string(kv_heads) +
-                                " key heads)");
-  const int64_t T = q.shape[0], D = q.shape[1] / heads;
-  if (D > kQkNormRopeMaxHeadDim)
-    throw std::invalid_argument(std::string(op) + ": heads of " + std::to_string(D) + " exceed the " +
-                                std::to_string(kQkNormRopeMaxHeadDim) + " supported");
+  const int64_t T = q.shape[0], D = checked_head_dim(op, q, q.shape[1], heads, kv_heads);
   check_op_arg(k, op, "k", Device::CUDA, {q.dtype}, {T, kv_heads * D});
   check_op_arg(q_out, op, "q_out", Device::CUDA, {q.dtype}, {T, heads * D});
   check_op_arg(k_out, op, "k_out", Device::CUDA, {q.dtype}, {T, kv_heads * D});
   check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
   check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
-  const bool norm = q_norm.data || k_norm.data;
-  if (norm) {
-    check_op_arg(q_norm, op, "q_norm", Device::CUDA, {q.dtype}, {D});
-    check_op_arg(k_norm, op, "k_norm", Device::CUDA, {q.dtype}, {D});
-  }
-  const bool keep_rstd = q_rstd.data || k_rstd.data;
-  if (keep_rstd) {
+  const bool norm = checked_norms(op, q_norm, k_norm, q.dtype, D);
+  if (q_rstd.data || k_rstd.data) {
     if (!norm) throw std::invalid_argument(std::string(op) + ": rstd outputs given without q/k norm weights");
     check_op_arg(q_rstd, op, "q_rstd", Device::CUDA, {DType::F32}, {T * heads});
     check_op_arg(k_rstd, op, "k_rstd", Device::CUDA, {DType::F32}, {T * kv_heads});
   }
   if (T == 0) return;
-  const int half = static_cast<int>(D / 2);
-  const int64_t rows = T * (heads + kv_heads);
   dispatch_data(q.dtype, [&](auto tag) {
     using E = decltype(tag);
-    auto launch = [&](auto pack, auto with_norm) {
-      constexpr int P = decltype(pack)::value, L = kPairsPerLane<P>;
-      with_team_size<1, 32>((half / P + L - 1) / L, [&](auto team) {
-        constexpr int S = decltype(team)::value;
-        // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp,
-        // until there are enough to occupy every SM.
-        int threads = kThreads;
-        while ((rows * S + threads - 1) / threads < kBusyBlocks && threads / 2 >= 32) threads /= 2;
-        qk_norm_rope_kernel<E, P, S, decltype(with_norm)::value>
-            <<<static_cast<unsigned>((rows * S + threads - 1) / threads), threads, 0, stream>>>(
-                q_out.ptr<E>(), k_out.ptr<E>(), q.ptr<E>(), k.ptr<E>(),
-                q_norm.ptr<E>(), k_norm.ptr<E>(), q_rstd.ptr<float>(), k_rstd.ptr<float>(),
-                positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads, kv_heads, half, eps);
-      });
-    };
-    // Every head starts a multiple of head_dim = 2·half elements in, so packs of N line
-    // up with 16 bytes whenever half is a multiple of N and the tensors are aligned.
-    auto with_pack = [&](auto with_norm) {
-      if (half % kPack<E> == 0 && aligned16(q_out.data, k_out.data, q.data, k.data) &&
-          (!norm || aligned16(q_norm.data, k_norm.data)))
-        launch(std::integral_constant<int, kPack<E>>{}, with_norm);
-      else
-        launch(std::integral_constant<int, 1>{}, with_norm);
-    };
-    if (norm)
-      with_pack(std::true_type{});
-    else
-      with_pack(std::false_type{});
+    const int64_t QD = heads * D, KD = kv_heads * D;
+    const HeadGroup<E> qg{q.ptr<E>(), QD, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false,
+                          q_rstd.ptr<float>()};
+    const HeadGroup<E> kg{k.ptr<E>(), KD, k_out.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, false,
+                          k_rstd.ptr<float>()};
+    launch_heads<E>(qg, kg, HeadGroup<E>{}, nullptr, 0, positions, inv_freq, T, heads, kv_heads, 0,
+                    static_cast<int>(D / 2), eps, stream);
+    check_launch(op);
+  });
+}
+
+void qkv_norm_rope_store(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
+                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                         const Tensor& slots, int heads, int kv_heads, float eps, cudaStream_t stream) {
+  constexpr const char* op = "cuda::qkv_norm_rope_store";
+  check_op_arg(q_out, op, "q_out", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
+  const int64_t T = q_out.shape[0], D = checked_head_dim(op, q_out, q_out.shape[1], heads, kv_heads);
+  const int64_t QD = heads * D, KD = kv_heads * D;
+  check_op_arg(qkv, op, "qkv", Device::CUDA, {q_out.dtype}, {T, QD + 2 * KD});
+  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {q_out.dtype}, {kAnyExtent, KD});
+  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {q_out.dtype}, {key_cache.shape[0], KD});
+  check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {T});
+  check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
+  check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
+  const bool norm = checked_norms(op, q_norm, k_norm, q_out.dtype, D);
+  if (T == 0) return;
+  dispatch_data(q_out.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    const int64_t W = QD + 2 * KD;
+    const E* rows = qkv.ptr<E>();
+    const HeadGroup<E> qg{rows, W, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false};
+    const HeadGroup<E> kg{rows + QD, W, key_cache.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, true};
+    const HeadGroup<E> vg{rows + QD + KD, W, value_cache.ptr<E>(), KD, nullptr, true};
+    launch_heads<E>(qg, kg, vg, slots.ptr<int32_t>(), key_cache.shape[0], positions, inv_freq, T, heads, kv_heads,
+                    kv_heads, static_cast<int>(D / 2), eps, stream);
     check_launch(op);
   });
 }

@@ -1,6 +1,7 @@
-// Attention's inputs in one kernel for the engine's and the trainer's forward passes: per-head RMSNorm (Qwen3's
-// qk_norm) and RoPE of q and k together, where the unfused sequence takes four kernels
-// (two norms, two rotations) and one launch is worth more than the work at decode sizes.
+// Attention's inputs in one kernel for the engine's and the trainer's forward passes:
+// per-head RMSNorm (Qwen3's qk_norm) and RoPE of q and k together, where the unfused
+// sequence takes four kernels (two norms, two rotations) and one launch is worth more
+// than the work at decode sizes.
 // CPU twin: CpuOps::qk_norm_rope_forward (rmsnorm_forward then rope_forward per tensor),
 // compared in tests/gpu_ops_pointwise.cpp.
 #pragma once
@@ -24,5 +25,15 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
                           const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
                           int heads, int kv_heads, float eps, const Tensor& q_rstd, const Tensor& k_rstd,
                           cudaStream_t stream);
+
+// The engine's attention inputs straight from its fused q|k|v projection: qkv [T,
+// (heads + 2·kv_heads)·head_dim], each row a token's q heads, k heads, v heads. Writes
+// q_out [T, heads·head_dim] as qk_norm_rope_forward does, and each token's normalised,
+// rotated k and its v into row slots[t] of key_cache and value_cache ([rows,
+// kv_heads·head_dim]), as paged_store does (a slot outside the rows is skipped). One
+// kernel instead of a column split, qk_norm_rope_forward and paged_store.
+void qkv_norm_rope_store(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
+                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                         const Tensor& slots, int heads, int kv_heads, float eps, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -54,6 +54,7 @@ struct ColocatedRun {
   PhasePeak startup;
   std::unique_ptr<MemoryPlan> plan;  // made once every buffer is laid out, as run_job does
   std::vector<HandoffReport> handoffs;  // every point after start-up
+  bool moments_started_zero = false;    // the AdamW moments the first train phase finds
 
   ColocatedRun(const Case& c, Device device) : pool(MemoryPool::create(device)) {
     handoff.peak_device = c.mode;
@@ -62,7 +63,7 @@ struct ColocatedRun {
     handoff.weights_shared = c.transport == TransportKind::Alias;
     PhaseMemory startup_memory(*pool);
     startup_memory.begin();
-    const std::vector<Tag> deferred = deferred_at_startup(handoff);
+    const std::vector<Tag> deferred = deferred_at_startup(handoff, /*fresh_start=*/true);
     for (Tag tag : deferred) pool->set_deferred(tag, true);
     memory = std::make_unique<ColocatedMemory>(
         *pool, layout, ColocatedMemorySettings{.working_dtype = DType::F32, .transport = c.transport});
@@ -70,11 +71,16 @@ struct ColocatedRun {
     activations = pool->allocate(tags::activations, 32 << 20, "trainer.activations");
     reference = pool->allocate(tags::reference, layout.slab_bytes(DType::F32), "trainer.reference_weights");
     for (Tag tag : deferred) pool->set_deferred(tag, false);
+    // As run_job does: plan, fill the cache beside the staged weights, the rest after.
+    MemoryBaseline baseline;
+    baseline.startup_staging = layout.slab_bytes(DType::F32);
+    plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, baseline);
+    pool->fill_host_cache(plan->host_cache_fill().beside_staging);
     weights.resize(static_cast<size_t>(layout.slab_elements()));
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i % 977) * 1e-3f;
     memory->load_weights(weights);
     copy_host_to_tensor(slab(reference), weights.data());
-    plan = std::make_unique<MemoryPlan>(pool->allocations(), handoff, device, true, MemoryBaseline{});
+    pool->fill_host_cache(plan->host_cache_fill().after_staging);
     executor = std::make_unique<HandoffExecutor>(
         *pool, handoff, [this] { return syncs.emplace_back(memory->sync_weights()); },
         [this](const std::vector<std::string>& names) { memory->rebuild(names); });
@@ -96,10 +102,16 @@ struct ColocatedRun {
 
   void step(float delta) {
     handoffs.push_back(executor->run(HandoffPoint::AfterGenerate));
+    if (handoffs.size() == 1) moments_started_zero = all_zero(memory->exp_avg()) && all_zero(memory->exp_avg_sq());
     train(delta);
     handoffs.push_back(executor->run(HandoffPoint::BeforeSync));
   }
 
+  bool all_zero(const Tensor& tensor) const {
+    std::vector<float> host(static_cast<size_t>(tensor.numel()));
+    copy_tensor_to_host(host.data(), tensor);
+    return std::all_of(host.begin(), host.end(), [](float value) { return value == 0.0f; });
+  }
   Tensor slab(const Allocation* allocation) const {
     return Tensor::view(allocation->ptr, DType::F32, pool->device(), {layout.slab_elements()});
   }
@@ -148,12 +160,29 @@ inline void expect_every_mode_level_and_transport_keeps_its_promise(Device devic
     } else {
       EXPECT_EQ(host_peak, trainer_state + P) << "cpu mode holds the trainer's state and the engine's copy at once";
     }
+    // Start-up filled in every host buffer: no handoff allocated one, start-up's included,
+    // and start-up held no more beside the staged weights than it holds once they are gone.
+    EXPECT_EQ(run.pool->stats().offload_host_allocations, 0u);
+    const HostCacheFill& fill = run.plan->host_cache_fill();
+    size_t filled = 0, beside = 0;
+    for (size_t capacity : fill.beside_staging) filled += capacity, beside += capacity;
+    for (size_t capacity : fill.after_staging) filled += capacity;
+    EXPECT_EQ(filled, host_peak);
+    EXPECT_LE(beside + run.layout.slab_bytes(DType::F32), filled);
+    EXPECT_FALSE(fill.after_staging.empty()) << "the staged weights leave one slab's buffer for after";
 
     // Start-up holds no more than the step does, and in cpu mode never both sides.
     EXPECT_LE(run.startup.device_pool, device_peak_after_generate);
     if (c.mode == PeakDevice::Cpu && engine_copy_moves)
-      EXPECT_EQ(run.startup.device_pool, 5 * P + (c.level_kv ? 0 : run.kv->mapped_bytes))
-          << "master, AdamW, working copy, reference: no engine copy, and no KV cache the plan would drop";
+      EXPECT_EQ(run.startup.device_pool, 3 * P + (c.level_kv ? 0 : run.kv->mapped_bytes))
+          << "master, working copy, reference: no AdamW moments (zeros, mapped at the first onload), no engine "
+             "copy, and no KV cache the plan would drop";
+    // A fresh start's moments: the start-up handoff moved none of them, the first onload
+    // mapped them zeroed.
+    EXPECT_TRUE(run.moments_started_zero);
+    const size_t S = run.layout.slab_bytes(DType::F32);
+    EXPECT_EQ(run.handoffs[0].bytes_moved, 2 * S + (engine_copy_moves ? S : 0))
+        << "after generate: master weights and reference on, the engine's copy off";
 
     // Every sync leaves the engine reading the trainer's latest weights.
     EXPECT_TRUE(run.engine_weights() == run.weights);

@@ -10,12 +10,12 @@
 
 using namespace tandem;
 
-TEST(GpuAdamW, MatchesCpuTwinBitForBit) {
-  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+namespace {
+
+void expect_matches_cpu_twin(size_t n) {
   const unsigned seed = std::random_device{}();
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  const size_t n = (size_t{1} << 20) + 37;
   std::vector<float> p(n), g(n), m(n), v(n);
   for (size_t i = 0; i < n; ++i) {
     p[i] = normal(rng), g[i] = normal(rng) * 1e-2f, m[i] = normal(rng) * 1e-3f, v[i] = std::fabs(normal(rng)) * 1e-5f;
@@ -46,4 +46,15 @@ TEST(GpuAdamW, MatchesCpuTwinBitForBit) {
   EXPECT_EQ(gpu_working, cpu_working) << "seed " << seed;
   for (auto& d : device) cudaFree(d);
   cudaFree(working);
+}
+
+}  // namespace
+
+// A length of whole 4-element packs takes the vector kernel, any other the scalar one.
+TEST(GpuAdamW, MatchesCpuTwinBitForBit) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  for (const size_t n : {(size_t{1} << 20) + 36, (size_t{1} << 20) + 37}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    expect_matches_cpu_twin(n);
+  }
 }

@@ -112,11 +112,15 @@ void check_case(int64_t T, int64_t V, DType dtype, float temperature, bool with_
 
 }  // namespace
 
+// Row lengths whose rows all start on 16 bytes (1000, 151936: packs only), or not (1001:
+// elements before and after the packs, other counts on each row), and a row shorter than
+// a pack (3).
 TEST(GpuLogprobs, MatchCpuTwinF32AndBf16) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
   for (bool with_entropy : {false, true})
     for (DType dtype : {DType::F32, DType::BF16}) {
       check_case(37, 1000, dtype, 0.7f, with_entropy);
+      check_case(9, 1001, dtype, 0.7f, with_entropy);  // rows off the 16-byte boundary: a head and a tail
       check_case(5, 151936, dtype, 1.0f, with_entropy);
       check_case(1, 3, dtype, 1.3f, with_entropy);
     }

@@ -49,6 +49,10 @@ TEST(MemoryPoolGpu, PinnedCacheReusesHostBuffersAndIsAccounted) {
   REQUIRE_GPU();
   expect_pinned_cache_accounting(Device::CUDA);
 }
+TEST(MemoryPoolGpu, FilledHostCacheServesOffloads) {
+  REQUIRE_GPU();
+  expect_filled_host_cache_serves_offloads(Device::CUDA);
+}
 TEST(MemoryPoolGpu, DeferredTagsAndPeakWindows) {
   REQUIRE_GPU();
   expect_deferred_tags_and_peak_windows(Device::CUDA);

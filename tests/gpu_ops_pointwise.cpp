@@ -16,8 +16,7 @@
 //                            normalises the sum rounded to BF16 (as an add kernel leaves it)
 //                            where CpuOps keeps the FP32 sum
 //   exact                    embedding forward and backward (the backward adds in CpuOps's
-//                            order), add (BF16: against the rounded CPU sum), zero, copy,
-//                            split_columns
+//                            order), add (BF16: against the rounded CPU sum), zero, copy
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -37,6 +36,7 @@
 #include "embedding.cuh"
 #include "model/cpu_ops.h"
 #include "qk_norm_rope.cuh"
+#include "rollout/cpu_paged_attention.h"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "gpu_support.h"
@@ -544,6 +544,57 @@ TEST_F(GpuPointwise, QkNormRopeMatchesCpuAlsoInPlace) {
   }
 }
 
+// The engine's fused path, from the q|k|v rows of one GEMM into q and the KV cache,
+// against CpuPagedAttention::store_qkv (the column split, qk_norm_rope_forward, store):
+// every token goes to its own cache row, in shuffled order, and the rows no token writes
+// keep their contents.
+TEST_F(GpuPointwise, QkvNormRopeStoreMatchesCpuStoreQkv) {
+  CpuPagedAttention cpu_attention;
+  for (DType dtype : kDataTypes) {
+    for (const auto& [T, H, KV, D] : kQkShapes) {
+      for (const bool norm : {true, false}) {
+        const std::string what =
+            label(norm ? "qkv_norm_rope_store" : "qkv_norm_rope_store without norms", dtype, {T, H, KV, D});
+        std::vector<int32_t> position_values(T), slot_values(T + 5);
+        for (int32_t& p : position_values) p = integer(0, 32767);
+        for (size_t r = 0; r < slot_values.size(); ++r) slot_values[r] = static_cast<int32_t>(r);
+        for (size_t r = slot_values.size() - 1; r > 0; --r) std::swap(slot_values[r], slot_values[integer(0, static_cast<int32_t>(r))]);
+        slot_values.resize(T);
+        const Ints positions(position_values), slots(slot_values);
+        const int64_t rows = T + 5, W = (H + 2 * KV) * D;
+        const Operand freq(DType::F32, {D / 2}, inv_freq(D));
+        const Operand qkv(dtype, {T, W}, normal(T * W, 0.0f, 2.0f));
+        const Operand q_norm(dtype, {D}, normal(D, 1.0f, 0.2f)), k_norm(dtype, {D}, normal(D, 1.0f, 0.2f));
+        Operand q_out(dtype, {T, H * D}, normal(T * H * D));
+        Operand keys(dtype, {rows, KV * D}, normal(rows * KV * D)), values(dtype, {rows, KV * D}, normal(rows * KV * D));
+        const Tensor cpu_q_norm = norm ? q_norm.cpu() : Tensor{}, cpu_k_norm = norm ? k_norm.cpu() : Tensor{};
+        const Tensor gpu_q_norm = norm ? q_norm.gpu() : Tensor{}, gpu_k_norm = norm ? k_norm.gpu() : Tensor{};
+        cpu_attention.store_qkv(q_out.cpu(), keys.cpu(), values.cpu(), qkv.cpu(), cpu_q_norm, cpu_k_norm,
+                                positions.cpu(), freq.cpu(), slots.cpu(), H, KV, 1e-6f);
+        cuda::qkv_norm_rope_store(q_out.gpu(), keys.gpu(), values.gpu(), qkv.gpu(), gpu_q_norm, gpu_k_norm,
+                                  positions.gpu(), freq.gpu(), slots.gpu(), H, KV, 1e-6f, nullptr);
+        expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
+        expect_close(keys.download(), keys.host(), data_tolerance(dtype), what + " key cache");
+        expect_close(values.download(), values.host(), kExact, what + " value cache");
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, QkvNormRopeStoreRefusesBadArguments) {
+  const Tensor q_out = device_view(DType::BF16, {3, 16 * 128}), qkv = device_view(DType::BF16, {3, 32 * 128});
+  const Tensor cache = device_view(DType::BF16, {8, 8 * 128}), weight = device_view(DType::BF16, {128});
+  const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
+  const char* op = "cuda::qkv_norm_rope_store";
+  auto call = [&](const Tensor& rows, const Tensor& values, const Tensor& slots) {
+    cuda::qkv_norm_rope_store(q_out, cache, values, rows, weight, weight, positions, freq, slots, 16, 8, 1e-6f,
+                              nullptr);
+  };
+  expect_refused([&] { call(device_view(DType::BF16, {3, 31 * 128}), cache, positions); }, op, "'qkv'");
+  expect_refused([&] { call(qkv, device_view(DType::BF16, {7, 8 * 128}), positions); }, op, "'value_cache'");
+  expect_refused([&] { call(qkv, cache, device_view(DType::I32, {2})); }, op, "'slots'");
+}
+
 TEST_F(GpuPointwise, QkNormRopeRefusesBadArguments) {
   const Tensor q = device_view(DType::BF16, {3, 16 * 128}), k = device_view(DType::BF16, {3, 8 * 128});
   const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
@@ -670,51 +721,6 @@ TEST_F(GpuPointwise, ZeroAndCopyCoverWholeTensors) {
     cuda::zero(dst.gpu(), nullptr);
     expect_close(dst.download(), std::vector<float>(3 * 1001, 0.0f), kExact, label("zero", dtype, {3, 1001}));
   }
-}
-
-// q|k|v of Qwen3-0.6B and of the GPU-sized test model; widths that are whole packs in F32
-// but not in BF16, or in neither (the one-element path); four parts; one part.
-TEST_F(GpuPointwise, SplitColumnsCopiesEachBlockExactly) {
-  struct Split {
-    int64_t rows;
-    std::vector<int64_t> widths;
-  };
-  const Split splits[] = {{257, {2048, 1024, 1024}}, {3, {128, 64, 64}}, {5, {12, 4, 4}},
-                          {5, {7, 5, 9}},            {2, {16, 8, 8, 24}}, {4, {33}}};
-  for (DType dtype : kDataTypes) {
-    for (const auto& [N, widths] : splits) {
-      int64_t W = 0;
-      for (int64_t width : widths) W += width;
-      const Operand x(dtype, {N, W}, normal(N * W));
-      std::vector<std::unique_ptr<Operand>> parts;
-      std::vector<Tensor> cpu_parts, gpu_parts;
-      for (int64_t width : widths) {
-        parts.push_back(std::make_unique<Operand>(dtype, std::vector<int64_t>{N, width}, normal(N * width)));
-        cpu_parts.push_back(parts.back()->cpu());
-        gpu_parts.push_back(parts.back()->gpu());
-      }
-      cpu_.split_columns(cpu_parts, x.cpu());
-      cuda::split_columns(gpu_parts, x.gpu(), nullptr);
-      for (size_t p = 0; p < parts.size(); ++p)
-        expect_close(parts[p]->download(), parts[p]->host(), kExact,
-                     label("split_columns", dtype, {N, W}) + " part " + std::to_string(p));
-    }
-  }
-}
-
-TEST_F(GpuPointwise, SplitColumnsRefusesBadArguments) {
-  const Tensor x = device_view(DType::BF16, {4, 96});
-  const Tensor third = device_view(DType::BF16, {4, 32});
-  expect_refused([&] { cuda::split_columns({third, third}, x, nullptr); }, "cuda::split_columns", "64 columns");
-  expect_refused([&] { cuda::split_columns({third, third, device_view(DType::F32, {4, 32})}, x, nullptr); },
-                 "cuda::split_columns", "'parts'");
-  expect_refused([&] { cuda::split_columns({third, third, device_view(DType::BF16, {3, 32})}, x, nullptr); },
-                 "cuda::split_columns", "'parts'");
-  const Tensor sixth = device_view(DType::BF16, {4, 16});
-  expect_refused([&] { cuda::split_columns({sixth, sixth, sixth, sixth, sixth, sixth}, x, nullptr); },
-                 "cuda::split_columns", "6 parts");
-  expect_refused([&] { cuda::split_columns({third, third, third}, device_view(DType::F16, {4, 96}), nullptr); },
-                 "cuda::split_columns", "'x'");
 }
 
 TEST_F(GpuPointwise, ElementwiseRefusesBadArguments) {

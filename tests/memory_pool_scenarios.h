@@ -218,6 +218,49 @@ inline void expect_pinned_cache_accounting(Device device) {
   EXPECT_EQ(pool->trim_host_cache(), 4 * g);
 }
 
+// fill_host_cache allocates host buffers ahead of the offloads, on the pool's thread: an
+// offload takes its best fit from them (waiting for it when it is still being allocated)
+// and allocates nothing itself; one that nothing fits allocates its own, and counts it.
+inline void expect_filled_host_cache_serves_offloads(Device device) {
+  auto pool = MemoryPool::create(device);
+  const size_t g = pool->granularity();
+  const auto state = [&](const std::string& tag) { return usage_text(pool->stats(), tag, g); };
+  pool->allocate(tags::kv_cache, 4 * g, "kv");
+  pool->allocate(tags::weights, 2 * g, "weights");
+  pool->allocate(tags::optimizer, 3 * g, "adam");
+
+  // The 3-granule buffer comes after a larger one that would fit: the offload waits for it.
+  pool->fill_host_cache({8 * g, 3 * g});
+  pool->fill_host_cache({4 * g});  // queued behind the first
+  pool->offload(tags::optimizer);
+  EXPECT_EQ(state("optimizer"), "device 0/3 host 3/3") << "not the best fit of the buffers filled in";
+  pool->offload(tags::kv_cache);
+  EXPECT_EQ(state("kv_cache"), "device 0/4 host 4/4");
+  EXPECT_EQ(pool->stats().offload_host_allocations, 0u);
+  // The 8-granule buffer serves the weights; nothing is left for a second offload of them.
+  pool->offload(tags::weights);
+  EXPECT_EQ(state("weights"), "device 0/2 host 8/8");
+  EXPECT_EQ(pool->stats().offload_host_allocations, 0u);
+  EXPECT_EQ(totals_text(pool->stats(), g), "device 0/9 host 15/15");
+  pool->onload(tags::weights);
+  pool->allocate(tags::activations, 9 * g, "activations");
+  pool->offload(tags::activations);
+  EXPECT_EQ(pool->stats().offload_host_allocations, 1u) << "the cache held nothing of 9 granules";
+
+  // A buffer the host cannot give: the next offload says so (trim waits for the filler).
+  pool->fill_host_cache({size_t{1} << 52});
+  pool->trim_host_cache();
+  try {
+    pool->offload(tags::weights);
+    ADD_FAILURE() << "the failed fill went unnoticed";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("filling the pinned host cache"), std::string::npos) << error.what();
+  }
+
+  auto without_cache = MemoryPool::create(device, 0, {.pinned_host_cache = false});
+  EXPECT_THROW(without_cache->fill_host_cache({g}), std::invalid_argument);
+}
+
 // Deferred tags start Dropped (no pages, no bytes) and come in with their first onload;
 // peak windows keep their own peaks whatever reset_peaks() and other windows do.
 inline void expect_deferred_tags_and_peak_windows(Device device) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,19 +111,54 @@ TEST(CheckpointWriter, AWritesTimeIsReportedOnceItHasEnded) {
   const fs::path folder = dir / "run";
   Trainer trainer(folder);
   CheckpointWriter writer({folder, 2, true}, trainer.checkpoint, Device::CPU);
-  EXPECT_EQ(writer.take_finished_write(), std::nullopt);
+  EXPECT_FALSE(writer.take_finished().has_value());
   checkpoint_at(writer, trainer, 1);
-  std::optional<double> seconds;
-  for (int polls = 0; !seconds && polls < 60000; ++polls) {
-    seconds = writer.take_finished_write();
-    if (!seconds) {
+  std::optional<CheckpointWriter::Times> times;
+  for (int polls = 0; !times && polls < 60000; ++polls) {
+    times = writer.take_finished();
+    if (!times) {
       EXPECT_TRUE(writer.in_flight()) << "nothing reported, yet the write has ended";
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  ASSERT_TRUE(seconds.has_value());
-  EXPECT_GT(*seconds, 0.0);
+  ASSERT_TRUE(times.has_value());
+  EXPECT_GT(times->write_seconds, 0.0);
+  EXPECT_FALSE(times->state_msync_seconds.has_value());  // no state file
   EXPECT_FALSE(writer.in_flight());
-  EXPECT_EQ(writer.take_finished_write(), std::nullopt);  // once
+  EXPECT_FALSE(writer.take_finished().has_value());  // once
   EXPECT_EQ(writer.last_committed(), (folder / checkpoint_file_name(1)).string());
+}
+
+// optimizer.state = disk: every rank msyncs its state file after each checkpoint. In the
+// background the snapshot does not wait for it: rank 0's writer thread runs it after the
+// commit, the other ranks' from their snapshot on; synchronously the snapshot does. Its
+// time comes with the checkpoint's.
+TEST(CheckpointWriter, TheStateFileIsSyncedAfterEachCheckpoint) {
+  TempDir dir;
+  for (const bool background : {false, true}) {
+    for (const bool root : {true, false}) {
+      const std::string mode = std::string(background ? "background" : "synchronous") + (root ? ", rank 0" : ", rank 1");
+      const fs::path folder = dir / (std::string(background ? "async" : "sync") + (root ? "0" : "1"));
+      Trainer trainer(folder);
+      OptimizerStateFile state(folder / "state", size_t{4} << 20);
+      std::memset(state.data(), 7, state.bytes());  // dirty pages for the msync to write
+      CheckpointWriter writer({folder, 2, background, root, &state}, trainer.checkpoint, Device::CPU);
+      trainer.set_step(1);
+      writer.snapshot(1, 10, "[run]\n", {"rank 0 state"});
+      EXPECT_EQ(writer.in_flight(), background && !root) << mode;  // rank 1's msync is under way
+      if (background && root) EXPECT_FALSE(writer.take_finished().has_value()) << "the snapshot ran the msync";
+      writer.publish();
+      EXPECT_EQ(writer.in_flight(), background) << mode;
+      writer.wait();
+      const std::optional<CheckpointWriter::Times> times = writer.take_finished();
+      ASSERT_TRUE(times.has_value()) << mode;
+      ASSERT_TRUE(times->state_msync_seconds.has_value()) << mode;
+      EXPECT_GE(*times->state_msync_seconds, 0.0) << mode;
+      EXPECT_EQ(fs::exists(folder / checkpoint_file_name(1)), root) << mode;
+      if (background)
+        EXPECT_GT(writer.longest_background_seconds(), 0.0) << mode;
+      else
+        EXPECT_EQ(writer.longest_background_seconds(), 0.0) << mode;
+    }
+  }
 }

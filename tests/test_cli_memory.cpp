@@ -42,7 +42,21 @@ TEST(CliMemory, AliasSyncMovesNothingAndLogprobsMatch) {
     ASSERT_EQ(startup.size(), 2u);
     EXPECT_GT(startup[0], 0);
     EXPECT_TRUE(std::isnan(startup[1]));
+    // Start-up filled the pinned host cache beside its own work: no handoff allocated a buffer.
+    for (double count : run.metric("memory/offload_host_allocations")) EXPECT_EQ(count, 0);
   }
+}
+
+// Without the pinned host cache every offload allocates its host buffers (so the count
+// above is a real one).
+TEST(CliMemory, WithoutThePinnedHostCacheEveryOffloadAllocates) {
+  TempDir dir;
+  const auto result = run_command(short_run(dir, "uncached", "--memory.pinned-host-cache=false"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::vector<double> counts = RunFile::open(dir.path() / "uncached" / kRunFileName).metric("memory/offload_host_allocations");
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_GT(counts[0], 0);
+  EXPECT_GT(counts[1], counts[0]);
 }
 
 TEST(CliMemory, HostPeakAboveTheLimitStopsAtStartupWithExitTwo) {

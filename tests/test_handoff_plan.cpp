@@ -156,3 +156,18 @@ TEST(HandoffPlan, StateOffTheDeviceIsDroppedNotOffloaded) {
     EXPECT_NE(std::find(job.rebuilt.begin(), job.rebuilt.end(), "trainer.adam"), job.rebuilt.end());
   }
 }
+
+// A fresh start's optimizer state is zeros, so with offload-train it starts unmapped (the
+// first onload maps it zeroed); a job that may resume reads a checkpoint into it, and a
+// trainer that never offloads keeps it mapped.
+TEST(HandoffPlan, OptimizerStateStartsUnmappedOnlyOnAFreshStartThatOffloadsTheTrainer) {
+  const auto defers_optimizer = [](bool offload_train, bool fresh_start) {
+    HandoffConfig config = config_for(PeakDevice::Cpu);
+    config.offload_train = offload_train;
+    const std::vector<Tag> deferred = deferred_at_startup(config, fresh_start);
+    return std::find(deferred.begin(), deferred.end(), tags::optimizer) != deferred.end();
+  };
+  EXPECT_TRUE(defers_optimizer(true, true));
+  EXPECT_FALSE(defers_optimizer(true, false));
+  EXPECT_FALSE(defers_optimizer(false, true));
+}

@@ -48,6 +48,7 @@ TEST(MemoryPoolCpu, DataSurvivesOffloadAtTheSameAddress) { expect_round_trip_at_
 TEST(MemoryPoolCpu, DropZeroesAndNamesWhatToRebuild) { expect_drop_zeroes_and_names_rebuild(Device::CPU, host_access); }
 TEST(MemoryPoolCpu, ScriptedAccountingPerTagAndPeakOfSums) { expect_scripted_accounting(Device::CPU); }
 TEST(MemoryPoolCpu, PinnedCacheReusesHostBuffersAndIsAccounted) { expect_pinned_cache_accounting(Device::CPU); }
+TEST(MemoryPoolCpu, FilledHostCacheServesOffloads) { expect_filled_host_cache_serves_offloads(Device::CPU); }
 TEST(MemoryPoolCpu, DeferredTagsAndPeakWindows) { expect_deferred_tags_and_peak_windows(Device::CPU); }
 TEST(MemoryPoolCpu, ErrorsNameTagAllocationAndBytes) { expect_errors_name_tag_allocation_and_bytes(Device::CPU); }
 TEST(MemoryPoolCpu, TagsAreExtensibleByName) { expect_extensible_tags(Device::CPU, host_access); }

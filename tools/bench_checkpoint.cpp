@@ -1,8 +1,9 @@
 // Seconds per checkpoint and its rate against the disk: a checkpoint of `--mib` MiB of
 // F32 tensors in the shapes of a model's layout (the master weights and AdamW's two
 // moments of a Qwen3-like decoder scaled to the size asked), written and committed
-// `--repeat` times into `--dir`, each one durable (fsynced) before the next. The peer
-// figure is the disk's own: `dd if=/dev/zero of=DIR/x bs=1M count=N oflag=direct`.
+// `--repeat` times into `--dir`, each one durable (fsynced) before the next, from one
+// host buffer laid out as the background writer's snapshot. The peer figure is the
+// disk's own: `dd if=/dev/zero of=DIR/x bs=1M count=N oflag=direct`.
 //
 //   bench_checkpoint [--mib 1024] [--repeat 3] [--dir D] [--hidden 1024]
 //
@@ -19,6 +20,8 @@
 
 #include "bench_args.h"
 #include "io/checkpoint.h"
+#include "model/parameters.h"
+#include "world/pinned_memory.h"
 
 using namespace tandem;
 
@@ -54,16 +57,27 @@ int main(int argc, char** argv) {
   for (const char* slab : {"master.", "adamw.exp_avg.", "adamw.exp_avg_sq."})
     shapes.push_back({std::string(slab) + "embed", {embed_rows, hidden}});
 
-  std::vector<std::vector<float>> buffers;
-  CheckpointContents contents{0, 0, "[run]\n", {"rng"}, {}};
-  size_t bytes = 0;
+  // Laid out as the writer's snapshot is: one page-aligned buffer, each tensor at an
+  // offset of the parameter layout's alignment, so the direct writes read it as they read
+  // a snapshot (in place, or through their staging buffer where the disk wants more).
+  std::vector<int64_t> offsets;
+  int64_t floats = 0;
   for (const auto& [name, shape] : shapes) {
     int64_t n = 1;
     for (int64_t extent : shape) n *= extent;
-    buffers.emplace_back(static_cast<size_t>(n));
-    for (size_t i = 0; i < buffers.back().size(); ++i) buffers.back()[i] = static_cast<float>(i % 1000) * 1e-3f;
-    contents.tensors.push_back({name, Tensor::view(buffers.back().data(), DType::F32, Device::CPU, shape)});
-    bytes += buffers.back().size() * 4;
+    offsets.push_back(floats);
+    floats += (n + ParameterLayout::kAlignment - 1) / ParameterLayout::kAlignment * ParameterLayout::kAlignment;
+  }
+  PinnedMemory snapshot(static_cast<size_t>(floats) * sizeof(float), Device::CPU);
+  float* const base = static_cast<float*>(snapshot.data());
+  CheckpointContents contents{0, 0, "[run]\n", {"rng"}, {}};
+  size_t bytes = 0;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    const Tensor tensor = Tensor::view(base + offsets[t], DType::F32, Device::CPU, shapes[t].second);
+    float* const values = base + offsets[t];
+    for (int64_t i = 0; i < tensor.numel(); ++i) values[i] = static_cast<float>(i % 1000) * 1e-3f;
+    contents.tensors.push_back({shapes[t].first, tensor});
+    bytes += tensor.nbytes();
   }
 
   std::vector<double> seconds;

@@ -18,6 +18,7 @@ print(f"{' '.join(cmd[:2])}: rc {rc}, start-up to the end of step 1 {first}, who
 with h5py.File(run_h5, "r") as f:
     m = f["metrics"]
     keys = [k for k in ["time/handoff", "time/rollout", "time/train", "time/checkpoint", "handoff/seconds",
-                        "checkpoint/write_seconds", "rollout/tokens_per_second"] if k in m]
+                        "checkpoint/write_seconds", "rollout/tokens_per_second", "rollout/graph_setup_seconds",
+                        "memory/offload_host_allocations"] if k in m]
     for i, step in enumerate(m["step"][:]):
         print(f"  step {int(step)}: " + ", ".join(f"{k} {m[k][i]:.3f}" for k in keys))

@@ -25,20 +25,20 @@ void CheckpointWriter::join() {
   thread_.join();
   finished_ = false;
   if (!committed_in_thread_.empty()) last_committed_ = std::exchange(committed_in_thread_, "");
-  longest_write_ = std::max(longest_write_, write_seconds_);
+  longest_background_ = std::max(longest_background_, background_seconds_);
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
 void CheckpointWriter::wait() { join(); }
 
-std::optional<double> CheckpointWriter::take_finished_write() {
+std::optional<CheckpointWriter::Times> CheckpointWriter::take_finished() {
   if (thread_.joinable()) {
-    if (!finished_) return std::nullopt;  // still writing: its time is not known yet
+    if (!finished_) return std::nullopt;  // still working: its times are not known yet
     join();
   }
-  if (write_reported_) return std::nullopt;
-  write_reported_ = true;
-  return write_seconds_;
+  if (times_reported_) return std::nullopt;
+  times_reported_ = true;
+  return times_;
 }
 
 size_t CheckpointWriter::snapshot_bytes() const { return trainer_.host_floats() * sizeof(float); }
@@ -55,9 +55,17 @@ void CheckpointWriter::prepare_snapshot() {
 
 void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::string& deck_text,
                                 std::vector<std::string> rng_states) {
-  join();
+  join();  // a background checkpoint's times stay for take_finished until the next one starts
   if (!settings_.root) {
     trainer_.gather_into(nullptr);  // this rank's shard goes to rank 0's snapshot
+    if (!settings_.state_file) return;
+    if (settings_.background) {
+      start_background(false);
+    } else {
+      times_ = {};
+      sync_state_file();
+      times_reported_ = false;
+    }
     return;
   }
   const size_t bytes = snapshot_bytes();
@@ -70,13 +78,42 @@ void CheckpointWriter::snapshot(int64_t step, int64_t data_cursor, const std::st
   trainer_.gather_into(static_cast<float*>(buffer_->data()));
   trainer_.add_to(contents_, static_cast<const float*>(buffer_->data()));
   if (!settings_.background) {
+    times_ = {};
     const auto start = std::chrono::steady_clock::now();
     write_checkpoint_temporary(settings_.folder, contents_);
-    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    write_reported_ = false;
+    times_.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     buffer_.reset();
+    sync_state_file();
+    times_reported_ = false;
   }
   snapshot_pending_ = true;
+}
+
+void CheckpointWriter::sync_state_file() {
+  if (settings_.state_file) times_.state_msync_seconds = settings_.state_file->sync();
+}
+
+void CheckpointWriter::start_background(bool write) {
+  times_ = {};
+  times_reported_ = false;
+  thread_ = std::jthread([this, write](std::stop_token stop) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (write) {
+        write_checkpoint_temporary(settings_.folder, contents_, stop);
+        // A stop asked for after the last tensor still publishes: the file is whole.
+        committed_in_thread_ = commit_checkpoint(settings_.folder, contents_.step, settings_.keep_last).string();
+        times_.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      // After the commit, so the checkpoint does not wait for it; skipped on the way out
+      // (the job removes the file).
+      if (!stop.stop_requested()) sync_state_file();
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+    background_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    finished_ = true;
+  });
 }
 
 void CheckpointWriter::publish() {
@@ -87,19 +124,7 @@ void CheckpointWriter::publish() {
     last_committed_ = commit_checkpoint(settings_.folder, contents_.step, settings_.keep_last).string();
     return;
   }
-  write_reported_ = false;
-  thread_ = std::jthread([this](std::stop_token stop) {
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      write_checkpoint_temporary(settings_.folder, contents_, stop);
-      // A stop asked for after the last tensor still publishes: the file is whole.
-      committed_in_thread_ = commit_checkpoint(settings_.folder, contents_.step, settings_.keep_last).string();
-    } catch (...) {
-      failure_ = std::current_exception();
-    }
-    write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    finished_ = true;
-  });
+  start_background(true);
 }
 
 }  // namespace tandem

@@ -243,6 +243,13 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_a
       {"sampling/rounds", static_cast<double>(sampling.rounds())},
       {"rollout/aborted_requests", static_cast<double>(summary.aborted_requests)},
   };
+  if (engine_) {
+    // What the decode sizes this rollout used for the first time cost it (graph captures).
+    const EngineStats now = engine_->stats();
+    summary.sampling_metrics.push_back(
+        {"rollout/graph_setup_seconds", now.graph_setup_seconds - engine_stats_.graph_setup_seconds});
+    engine_stats_ = now;
+  }
   return summary;
 }
 

@@ -107,6 +107,7 @@ class GrpoStep {
   double sft_lr_;
   LrSchedule rl_schedule_;
   std::unique_ptr<Engine> engine_;  // colocated: the rank's own, sampled by local_sampler_
+  EngineStats engine_stats_;        // the engine's as of the last rollout: a step's are the change
   std::unique_ptr<LocalGroupSampler> local_sampler_;
   GroupSource* source_ = nullptr;  // local_sampler_, or the rollout ranks
   std::unique_ptr<PolicyTrainer> trainer_;

@@ -53,10 +53,11 @@ bool engine_weights_move(const HandoffConfig& config) {
 }
 }  // namespace
 
-std::vector<Tag> deferred_at_startup(const HandoffConfig& config) {
+std::vector<Tag> deferred_at_startup(const HandoffConfig& config, bool fresh_start) {
   std::vector<Tag> deferred = {tags::grads, tags::activations};
   if (engine_kv_moves(config)) deferred.push_back(tags::kv_cache);
   if (config.peak_device == PeakDevice::Cpu && engine_weights_move(config)) deferred.push_back(tags::weights);
+  if (fresh_start && config.offload_train) deferred.push_back(tags::optimizer);
   return deferred;
 }
 

@@ -65,8 +65,11 @@ std::vector<HandoffAction> handoff_plan(PeakDevice mode, HandoffPoint point);
 // The tags whose buffers the job creates unmapped (MemoryPool::set_deferred), because the
 // first handoffs (start-up, then before-sync) would give them up anyway: the device then
 // never holds more at start-up than in the step. Transient trainer memory always; in cpu
-// peak mode the engine's weight copy; the KV cache whenever the rollout offloads it.
-std::vector<Tag> deferred_at_startup(const HandoffConfig& config);
+// peak mode the engine's weight copy; the KV cache whenever the rollout offloads it; and
+// on a fresh start with offload-train, the optimizer's state, which starts as zeros: the
+// first onload maps it zeroed, so start-up does not copy those zeros to the host, nor the
+// first step back.
+std::vector<Tag> deferred_at_startup(const HandoffConfig& config, bool fresh_start);
 
 // What an action does to the pool, in order, under the config: empty where the config
 // turns the action off (and for SyncWeights, which is no pool operation). The executor

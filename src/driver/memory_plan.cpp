@@ -1,6 +1,8 @@
 #include "driver/memory_plan.h"
 
 #include <algorithm>
+#include <numeric>
+#include <set>
 
 #include "world/gpu.h"
 #include "world/host_memory.h"
@@ -10,17 +12,21 @@ namespace tandem {
 
 namespace {
 
-// The pool's accounting, replayed: residency per allocation, device and host bytes.
+// The pool's accounting, replayed: residency per allocation, device and host bytes, and
+// the pinned host cache buffer by buffer (which one serves which offload), starting with
+// the buffers `filled` into it.
 class Ledger {
  public:
-  Ledger(const std::vector<const Allocation*>& allocations, bool pinned_host_cache)
-      : cache_(pinned_host_cache) {
+  Ledger(const std::vector<const Allocation*>& allocations, bool pinned_host_cache, const std::vector<size_t>& filled)
+      : cache_(pinned_host_cache), free_(filled.begin(), filled.end()) {
+    host_ = std::accumulate(filled.begin(), filled.end(), size_t{0});
     for (const Allocation* allocation : allocations) {
-      entries_.push_back({allocation->tag, allocation->mapped_bytes, allocation->residency});
+      const bool offloaded = allocation->residency == Residency::Offloaded;
+      entries_.push_back({allocation->tag, allocation->mapped_bytes, allocation->residency,
+                          offloaded ? allocation->mapped_bytes : 0});
       if (allocation->residency == Residency::Resident) device_ += allocation->mapped_bytes;
-      if (allocation->residency == Residency::Offloaded) host_in_use_ += allocation->mapped_bytes;
+      if (offloaded) host_ += allocation->mapped_bytes;
     }
-    host_ = host_in_use_;
     begin_phase();
   }
 
@@ -35,12 +41,12 @@ class Ledger {
       switch (operation.move) {
         case TagMove::Drop:
           if (entry.residency == Residency::Resident) device_ -= entry.bytes;
-          if (entry.residency == Residency::Offloaded) release_host(entry.bytes);
+          if (entry.residency == Residency::Offloaded) release_host(entry);
           entry.residency = Residency::Dropped;
           break;
         case TagMove::Offload:
           if (entry.residency != Residency::Resident) break;
-          take_host(entry.bytes);
+          take_host(entry);
           device_ -= entry.bytes;
           entry.residency = Residency::Offloaded;
           break;
@@ -48,50 +54,63 @@ class Ledger {
           if (entry.residency == Residency::Resident) break;
           device_ += entry.bytes;
           peak_.device = std::max(peak_.device, device_);
-          if (entry.residency == Residency::Offloaded) release_host(entry.bytes);
+          if (entry.residency == Residency::Offloaded) release_host(entry);
           entry.residency = Residency::Resident;
           break;
       }
     }
   }
 
+  // The host buffers offloads allocated because none in the cache fitted, in order.
+  const std::vector<size_t>& allocated() const { return allocated_; }
+
  private:
   struct Entry {
     Tag tag;
     size_t bytes;
     Residency residency;
+    size_t host_buffer;  // the capacity of the host buffer holding it while Offloaded
   };
-  // With the cache, host buffers stay once allocated and serve later offloads (the pool
-  // reuses any that is large enough): the host holds the most ever offloaded at once.
-  void take_host(size_t bytes) {
-    host_in_use_ += bytes;
-    host_ = cache_ ? std::max(host_, host_in_use_) : host_in_use_;
-    peak_.host = std::max(peak_.host, host_);
+  // As the pool does: the smallest cached buffer that fits, else a new one of the size.
+  void take_host(Entry& entry) {
+    const auto fit = cache_ ? free_.lower_bound(entry.bytes) : free_.end();
+    if (fit != free_.end()) {
+      entry.host_buffer = *fit;
+      free_.erase(fit);
+    } else {
+      entry.host_buffer = entry.bytes;
+      allocated_.push_back(entry.bytes);
+      host_ += entry.bytes;
+      peak_.host = std::max(peak_.host, host_);
+    }
   }
-  void release_host(size_t bytes) {
-    host_in_use_ -= bytes;
-    if (!cache_) host_ = host_in_use_;
+  // With the cache the buffer stays for a later offload; without, it goes.
+  void release_host(Entry& entry) {
+    if (cache_)
+      free_.insert(entry.host_buffer);
+    else
+      host_ -= entry.host_buffer;
   }
 
   bool cache_;
+  std::multiset<size_t> free_;  // the cache's buffers by capacity
   std::vector<Entry> entries_;
-  size_t device_ = 0, host_in_use_ = 0, host_ = 0;
+  std::vector<size_t> allocated_;
+  size_t device_ = 0, host_ = 0;
   PeakBytes peak_;
 };
 
-std::string ratio_text(size_t measured, size_t predicted) {
-  if (predicted == 0) return measured == 0 ? "-" : "?";
-  return format_fixed(static_cast<double>(measured) / static_cast<double>(predicted), 3);
+size_t device_bytes(const std::vector<const Allocation*>& allocations) {
+  size_t bytes = 0;
+  for (const Allocation* allocation : allocations)
+    if (allocation->residency == Residency::Resident) bytes += allocation->mapped_bytes;
+  return bytes;
 }
 
-}  // namespace
-
-MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const HandoffConfig& config, Device device,
-                       bool pinned_host_cache, MemoryBaseline baseline)
-    : device_(device) {
-  for (const Allocation* allocation : allocations)
-    if (allocation->tag == tags::derived) derived_bytes_ += allocation->bytes;
-  Ledger ledger(allocations, pinned_host_cache);
+// Start-up (the start-up and first before-sync plans), then two steps: the second one
+// starts with the host buffers the first one left, and its phases are the prediction.
+std::vector<PhasePrediction> replay(Ledger& ledger, const HandoffConfig& config, Device device,
+                                    const MemoryBaseline& baseline) {
   const auto predicted = [&](const std::string& phase) {
     const PeakBytes pool = ledger.phase_peak();
     PhasePeak peak;
@@ -106,15 +125,10 @@ MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const 
     for (HandoffAction action : handoff_plan(config.peak_device, point))
       for (const TagOperation& operation : handoff_operations(action, config)) ledger.apply(operation);
   };
-  const size_t laid_out = ledger.phase_peak().device;
   ledger.begin_phase();
   run(HandoffPoint::Startup);
   run(HandoffPoint::BeforeSync);
-  phases_.push_back(predicted("startup"));
-  // The weights are staged on the host before the first handoff pins anything.
-  size_t& startup_rss = phases_.back().peak.host_rss;
-  startup_rss = std::max(startup_rss, baseline.host_other + baseline.startup_staging + (device == Device::CPU ? laid_out : 0));
-  // Two steps: the second one starts with the host buffers the first one left.
+  std::vector<PhasePrediction> phases = {predicted("startup")};
   std::vector<PhasePrediction> step;
   for (int s = 0; s < 2; ++s) {
     step.clear();
@@ -130,7 +144,46 @@ MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const 
     step.push_back(predicted("before_sync"));
   }
   for (PhasePrediction& phase : step) phase.peak.host_rss += baseline.checkpoint_snapshot;
-  phases_.insert(phases_.end(), step.begin(), step.end());
+  phases.insert(phases.end(), step.begin(), step.end());
+  return phases;
+}
+
+std::string ratio_text(size_t measured, size_t predicted) {
+  if (predicted == 0) return measured == 0 ? "-" : "?";
+  return format_fixed(static_cast<double>(measured) / static_cast<double>(predicted), 3);
+}
+
+}  // namespace
+
+MemoryPlan::MemoryPlan(const std::vector<const Allocation*>& allocations, const HandoffConfig& config, Device device,
+                       bool pinned_host_cache, MemoryBaseline baseline)
+    : device_(device) {
+  for (const Allocation* allocation : allocations)
+    if (allocation->tag == tags::derived) derived_bytes_ += allocation->bytes;
+  // With the cache, every host buffer the handoffs would allocate is filled in at start-up:
+  // replayed until the handoffs, with those buffers in the cache, allocate none (a buffer
+  // taken for one offload may leave another without a fit, so once may not be enough).
+  std::vector<size_t> filled;
+  for (;;) {
+    Ledger ledger(allocations, pinned_host_cache, filled);
+    phases_ = replay(ledger, config, device, baseline);
+    if (!pinned_host_cache || ledger.allocated().empty()) break;
+    filled.insert(filled.end(), ledger.allocated().begin(), ledger.allocated().end());
+  }
+  // Beside the start-up staging, as many of them (in order) as keep the host within what
+  // start-up holds anyway once they are all there; the rest once the staging is gone.
+  const size_t total = std::accumulate(filled.begin(), filled.end(), size_t{0});
+  size_t beside = 0;
+  for (size_t capacity : filled) {
+    const bool fits = fill_.after_staging.empty() && baseline.startup_staging + beside + capacity <= total;
+    (fits ? fill_.beside_staging : fill_.after_staging).push_back(capacity);
+    if (fits) beside += capacity;
+  }
+  // Start-up holds the staged weights (and, on the CPU backend, the laid-out device
+  // memory) and the buffers filled beside them for a moment.
+  const size_t laid_out = device == Device::CPU ? device_bytes(allocations) : 0;
+  size_t& startup_rss = phases_.front().peak.host_rss;
+  startup_rss = std::max(startup_rss, baseline.host_other + baseline.startup_staging + beside + laid_out);
 }
 
 const PhasePrediction& MemoryPlan::host_peak() const {

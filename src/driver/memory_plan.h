@@ -34,10 +34,19 @@ struct PhasePrediction {
   PhasePeak peak;     // device_used = 0 on the CPU backend
 };
 
+// The pinned host buffers (capacities, in the order the handoffs would allocate them) that
+// start-up fills into the pool's cache (MemoryPool::fill_host_cache), so that no handoff
+// allocates one: those that fit beside the start-up staging without raising start-up's
+// host peak, then the rest, once the staging is gone. Empty without the cache.
+struct HostCacheFill {
+  std::vector<size_t> beside_staging, after_staging;
+};
+
 class MemoryPlan {
  public:
   // Replays start-up (the start-up and first before-sync plans), then steps until the
-  // pinned host cache is steady; the last step's phases are the prediction.
+  // pinned host cache is steady; the last step's phases are the prediction. With the
+  // cache, the prediction is of a job that fills it as host_cache_fill() says.
   MemoryPlan(const std::vector<const Allocation*>& allocations, const HandoffConfig& config, Device device,
              bool pinned_host_cache, MemoryBaseline baseline);
 
@@ -46,6 +55,7 @@ class MemoryPlan {
   const PhasePrediction& host_peak() const;
   // Bytes the copy transport's derived copies would cost each offload if they were copied.
   size_t derived_bytes() const { return derived_bytes_; }
+  const HostCacheFill& host_cache_fill() const { return fill_; }
 
   std::string table() const;
   // Predicted beside the largest measured peak of each phase, a ratio per figure, and the
@@ -56,6 +66,7 @@ class MemoryPlan {
   std::vector<PhasePrediction> phases_;
   Device device_;
   size_t derived_bytes_ = 0;
+  HostCacheFill fill_;
 };
 
 // Throws DeckError (exit 2) on every rank alike when the ranks of a node together are

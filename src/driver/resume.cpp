@@ -58,4 +58,8 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
   return std::nullopt;
 }
 
+bool starts_afresh(const std::filesystem::path& folder, const std::string& restart) {
+  return restart == "never" || (restart == "auto" && checkpoints_newest_first(folder).empty());
+}
+
 }  // namespace tandem

@@ -31,4 +31,9 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
                                                        const CheckpointLoader& loader, MPI_Comm comm,
                                                        std::vector<std::string>& notes);
 
+// Whether resume_checkpoint will start afresh, known before anything is loaded: `restart`
+// is never, or auto and the folder holds no checkpoint (one that does not load fails the
+// job rather than start it afresh).
+bool starts_afresh(const std::filesystem::path& folder, const std::string& restart);
+
 }  // namespace tandem

@@ -133,6 +133,8 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
 void add_memory_metrics(MetricValues& metrics, const MemoryStats& stats) {
   metrics.push_back({"memory/device_peak", static_cast<double>(stats.device_peak)});
   metrics.push_back({"memory/host_peak", static_cast<double>(stats.host_peak)});
+  // Since the job began; 0 when start-up filled the pinned host cache with every buffer.
+  metrics.push_back({"memory/offload_host_allocations", static_cast<double>(stats.offload_host_allocations)});
   for (const auto& [tag, usage] : stats.per_tag) {
     metrics.push_back({"memory/" + tag + "/device_peak", static_cast<double>(usage.device_peak)});
     metrics.push_back({"memory/" + tag + "/host_peak", static_cast<double>(usage.host_peak)});
@@ -210,7 +212,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   startup_memory.begin();
   const HandoffConfig handoff_config = handoff_config_from_deck(deck);
   // Buffers the first handoffs would give up start unmapped: start-up holds no more than a step.
-  const std::vector<Tag> deferred = deferred_at_startup(handoff_config);
+  const std::vector<Tag> deferred =
+      deferred_at_startup(handoff_config, starts_afresh(folder, deck.get<std::string>("run.restart")));
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
@@ -243,6 +246,12 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   const MemoryPlan plan(pool->allocations(), handoff_config, pool->device(), pool_options.pinned_host_cache, baseline);
   TLOG(info) << "\n" << plan.table();
   check_host_limit(plan, deck.get<Bytes>("memory.host-limit").value, deck.source("memory.host-limit"), comm);
+  // The handoffs' pinned host buffers are allocated on the pool's thread beside what
+  // start-up does from here on (a restart's checkpoint read, the initial weights' draw),
+  // not by the start-up handoff: as many as fit beside the staged weights now, the rest
+  // once they are on the device.
+  const HostCacheFill& host_cache_fill = plan.host_cache_fill();
+  if (!host_cache_fill.beside_staging.empty()) pool->fill_host_cache(host_cache_fill.beside_staging);
 
   // Restart: the newest checkpoint of this run that loads and verifies, a named one, or none.
   const uint64_t seed = static_cast<uint64_t>(deck.get<int64_t>("run.seed"));
@@ -280,6 +289,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (!resume_from) memory.load_weights(initial);
     grpo.load_reference(initial);
   }
+  if (!host_cache_fill.after_staging.empty()) pool->fill_host_cache(host_cache_fill.after_staging);
 
   std::optional<RunFile> run_file;
   if (root) {
@@ -308,8 +318,8 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   const int64_t steps_per_job = deck.get<int64_t>("run.steps-per-job");
   const int64_t last_step = steps_per_job > 0 ? std::min(steps, step + steps_per_job) : steps;
   const int keep = static_cast<int>(deck.get<int64_t>("run.keep-checkpoints"));
-  CheckpointWriter checkpoint_writer({folder, keep, deck.get<bool>("run.checkpoint-async"), root}, trainer_checkpoint,
-                                     world->device());
+  CheckpointWriter checkpoint_writer({folder, keep, deck.get<bool>("run.checkpoint-async"), root, state_file},
+                                     trainer_checkpoint, world->device());
   const OnNonFinite on_non_finite = on_non_finite_from_name(deck.get<std::string>("train.on-nonfinite"));
   EntropyWatch entropy_watch(model.vocab);
   int64_t skipped_steps = 0;
@@ -349,18 +359,16 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   if (rollout_ranks_client) rollout_ranks_client->cut_rounds_when([&] { return stop_point.cut_reason(); });
   int64_t checkpointed_step = step;  // the newest step whose state a checkpoint holds (a fresh start needs none)
   // Collective: a checkpoint of the state after `step` (the trainer's state is on the
-  // device between train and the next handoff); returns the msync seconds of the state file.
+  // device between train and the next handoff).
   auto snapshot_checkpoint = [&] {
     ScopedPhase phase(timers, "checkpoint");
     const auto checkpoint_start = std::chrono::steady_clock::now();
-    const double msync_seconds = state_file ? state_file->sync() : 0.0;
     const auto states = all_gather_strings(comm, rng_state(rng), "the gathering of the ranks' generator states for a checkpoint");
     checkpoint_writer.snapshot(step, data_cursor, deck.resolved_text(), states);  // collective: the shards onto rank 0
     checkpointed_step = step;
     // A stop must leave time for the writer to finish as well.
     stop_point.note_checkpoint_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count() +
-                                       checkpoint_writer.longest_background_write_seconds());
-    return msync_seconds;
+                                       checkpoint_writer.longest_background_seconds());
   };
   while (step < last_step && !stopping) {
     ++step;
@@ -403,7 +411,6 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
       to_train = handoff.run(HandoffPoint::AfterGenerate);
     }
     TrainStepResult trained;
-    double state_msync_seconds = 0;  // the checkpoint's msync of the state file
     {
       ScopedPhase phase(timers, "train");
       phase_memory.begin();
@@ -432,7 +439,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     // Committed after the step's metrics row (see run_file_copy.h); root only.
     bool checkpoint_pending = false;
     if (checkpoint_scheduled(step) || stop_here || stopping) {
-      state_msync_seconds = snapshot_checkpoint();
+      snapshot_checkpoint();
       checkpoint_pending = root;
     }
     {
@@ -509,9 +516,13 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     const ResidentMemory resident = resident_memory();  // rank 0's
     metrics.push_back({"memory/rss_anon", static_cast<double>(resident.anonymous)});
     metrics.push_back({"memory/rss_file", static_cast<double>(resident.file_backed)});
-    if (state_file) metrics.push_back({"checkpoint/state_msync_seconds", state_msync_seconds});
-    if (const auto written = root ? checkpoint_writer.take_finished_write() : std::nullopt)
-      metrics.push_back({"checkpoint/write_seconds", *written});  // at the step it is known
+    // At the step they are known: the checkpoint's own (synchronous) or an earlier one's
+    // that has ended since (background).
+    if (const auto finished = checkpoint_writer.take_finished()) {
+      if (root) metrics.push_back({"checkpoint/write_seconds", finished->write_seconds});
+      if (finished->state_msync_seconds)
+        metrics.push_back({"checkpoint/state_msync_seconds", *finished->state_msync_seconds});
+    }
     metrics.push_back({"time/optimizer_step", trained.optimizer_seconds});
     if (trained.state_bytes_streamed)
       metrics.push_back({"optimizer/state_stream_gb_per_s", trained.state_bytes_streamed / trained.optimizer_seconds / 1e9});
@@ -537,22 +548,21 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     if (!sft)
       if (const auto collapse = entropy_watch.observe(trained.metrics.entropy_mean); collapse && root)
         TLOG(warning) << *collapse;
-    if (stop_here && root) checkpoint_writer.wait();
-    if (stop_here)
+    if (stop_here) {
+      checkpoint_writer.wait();
       throw RanksFailedError(kExitNumericalFailure,  // every rank saw the same norm
                              non_finite_text + "; the update was skipped and checkpoint " + checkpoint_file_name(step) +
                                  " holds the weights before it (train.on-nonfinite = skip would step over it)");
+    }
     if (non_finite && root)
       TLOG(warning) << non_finite_text << "; update skipped (" << ++skipped_steps << " skipped in this job)";
   }
   set_log_step(-1);
-  if (root) {
-    if (checkpoint_writer.in_flight()) {
-      ScopedPhase phase(timers, "checkpoint");
-      checkpoint_writer.wait();
-    }
-    last_checkpoint = checkpoint_writer.last_committed();
+  if (checkpoint_writer.in_flight()) {  // rank 0's write, every rank's msync
+    ScopedPhase phase(timers, "checkpoint");
+    checkpoint_writer.wait();
   }
+  if (root) last_checkpoint = checkpoint_writer.last_committed();
   if (rollout_ranks_client) rollout_ranks_client->finish();
   if (root) write_report(folder, report);
   const double loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();

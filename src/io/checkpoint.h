@@ -13,8 +13,9 @@
 // is therefore always whole; `complete` guards against copies and hand edits as well,
 // and the checksums against bytes that changed on disk: read_tensor verifies them.
 // The tensors' bytes bypass H5Dwrite: HDF5 allocates each dataset's contiguous storage,
-// and the bytes go there in large writes paced to the disk (disk_stream.h). HDF5
-// objects carry no modification times, so one state always makes the same file.
+// those of 64 KiB and more on 4 KiB boundaries, and the bytes go there in large writes
+// past the page cache (disk_stream.h). HDF5 objects carry no modification times, so one
+// state always makes the same file, whichever way its bytes went to the disk.
 //
 // A checkpoint may have companions, `<what>.ckpt_<step>.h5` beside it (the run file as
 // of that step: run.ckpt_<step>.h5), written durably before the checkpoint is committed;
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/disk_stream.h"
 #include "io/hdf5_file.h"
 #include "tensor/tensor.h"
 
@@ -52,9 +54,11 @@ struct CheckpointAbandoned : std::runtime_error {
 
 // Stage 1: the whole checkpoint under its temporary name, closed and fsynced. Returns
 // that path. On failure the temporary file is removed and the error rethrown; a stop
-// requested through `stop` ends it between two tensors (CheckpointAbandoned).
+// requested through `stop` ends it between two tensors (CheckpointAbandoned). `writes`:
+// how the tensors' bytes reach the disk (the same file either way).
 std::filesystem::path write_checkpoint_temporary(const std::filesystem::path& folder,
-                                                 const CheckpointContents& contents, std::stop_token stop = {});
+                                                 const CheckpointContents& contents, std::stop_token stop = {},
+                                                 DiskWrites writes = DiskWrites::Direct);
 // Stage 2: renames the temporary of `step` into place, fsyncs the folder, then removes
 // stale temporaries and complete checkpoints beyond the newest `keep_last` (0 keeps all).
 // Checkpoints of steps after `step` are removed too: they belong to the timeline that a

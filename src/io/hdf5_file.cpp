@@ -545,10 +545,12 @@ void Group::read_tensor(const std::string& name, const Tensor& destination) cons
 
 // ---- File ----
 
-File File::create(const std::filesystem::path& path) {
+File File::create(const std::filesystem::path& path, FileAlignment alignment) {
   silence_error_printing();
   const std::string where = path.string();
   Handle access = access_without_locking(where);
+  check(H5Pset_alignment(access.get(), alignment.threshold, alignment.alignment),
+        where + ": cannot set the alignment of its objects");
   return File(checked(H5Fcreate(where.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose,
                       where + ": cannot create HDF5 file"),
               where, "/");

@@ -121,10 +121,18 @@ class Group {
   std::string path_;
 };
 
+// Every object of at least `threshold` bytes (a large dataset's storage) starts at a
+// multiple of `alignment` bytes in the file (H5Pset_alignment), for a writer that writes
+// that storage with O_DIRECT. The default, 1 and 1, aligns nothing.
+struct FileAlignment {
+  uint64_t threshold = 1;
+  uint64_t alignment = 1;
+};
+
 class File : public Group {
  public:
   enum class Access { ReadOnly, ReadWrite };
-  static File create(const std::filesystem::path& path);  // replaces an existing file
+  static File create(const std::filesystem::path& path, FileAlignment alignment = {});  // replaces an existing file
   static File open(const std::filesystem::path& path, Access access);
 
   void flush() const;

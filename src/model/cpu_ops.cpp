@@ -113,26 +113,6 @@ void CpuOps::copy(const Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data, src.data, src.nbytes());
 }
 
-void CpuOps::split_columns(const std::vector<Tensor>& parts, const Tensor& x) {
-  expect_f32(x, "split_columns", "x", {kAny, kAny});
-  const int64_t N = x.shape[0], W = x.shape[1];
-  int64_t widths = 0;
-  for (const Tensor& part : parts) {
-    expect_f32(part, "split_columns", "parts", {N, kAny});
-    widths += part.shape[1];
-  }
-  if (widths != W)
-    throw std::invalid_argument("CpuOps::split_columns: parts of " + std::to_string(widths) + " columns in all for " +
-                                x.describe());
-  int64_t column = 0;
-  for (const Tensor& part : parts) {
-    const int64_t P = part.shape[1];
-    for (int64_t n = 0; n < N; ++n)
-      std::memcpy(part.ptr<float>() + n * P, x.ptr<float>() + n * W + column, P * sizeof(float));
-    column += P;
-  }
-}
-
 void CpuOps::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   expect_f32(table, "embedding_forward", "table", {kAny, kAny});
   const int64_t V = table.shape[0], C = table.shape[1];

@@ -32,7 +32,6 @@ class CudaOps final : public Ops {
   void copy_from_host(const Tensor& dst, const void* src) override;
   void zero(const Tensor& dst) override;
   void copy(const Tensor& dst, const Tensor& src) override;
-  void split_columns(const std::vector<Tensor>& parts, const Tensor& x) override;
 
   void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;

@@ -17,7 +17,6 @@
 //   sequences+1 offsets starting at 0) marks where each begins, and attention never
 //   crosses a boundary. positions (I32) restart at 0 in each sequence.
 #pragma once
-#include <vector>
 
 #include "model/grad_write.h"
 #include "tensor/tensor.h"
@@ -33,10 +32,6 @@ class Ops {
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void zero(const Tensor& dst) = 0;
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  // x [N, W] cut into its column blocks, left to right: parts[i] [N, W_i], Σ W_i = W.
-  // Splits the output of one GEMM against stacked weights (q|k|v) into the tensors that
-  // the separate GEMMs would have written.
-  virtual void split_columns(const std::vector<Tensor>& parts, const Tensor& x) = 0;
 
   // out[t] = table[ids[t]]: out [T, C], table [V, C], ids I32 [T].
   virtual void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;

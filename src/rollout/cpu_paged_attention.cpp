@@ -53,6 +53,30 @@ void CpuPagedAttention::store(const Tensor& key_cache, const Tensor& value_cache
   }
 }
 
+// The unfused pieces in their order: the column split, CpuOps::qk_norm_rope_forward, store.
+void CpuPagedAttention::store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache,
+                                  const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                                  const Tensor& positions, const Tensor& inv_freq, const Tensor& slots, int heads,
+                                  int kv_heads, float eps) {
+  const char* op = "CpuPagedAttention::store_qkv";
+  check_op_arg(q_out, op, "q_out", kCpu, {DType::F32}, {kAnyExtent, kAnyExtent});
+  if (heads <= 0 || kv_heads <= 0 || q_out.shape[1] % heads != 0)
+    fail("store_qkv", q_out.describe() + " does not split into " + std::to_string(heads) + " heads");
+  const int64_t T = q_out.shape[0], QD = q_out.shape[1], KD = QD / heads * kv_heads, W = QD + 2 * KD;
+  check_op_arg(qkv, op, "qkv", kCpu, {DType::F32}, {T, W});
+  std::vector<float> q(T * QD), k(T * KD), v(T * KD);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = qkv.ptr<float>() + t * W;
+    std::memcpy(q.data() + t * QD, row, QD * sizeof(float));
+    std::memcpy(k.data() + t * KD, row + QD, KD * sizeof(float));
+    std::memcpy(v.data() + t * KD, row + QD + KD, KD * sizeof(float));
+  }
+  const Tensor k_rows = Tensor::view(k.data(), DType::F32, kCpu, {T, KD});
+  CpuOps().qk_norm_rope_forward(q_out, k_rows, Tensor::view(q.data(), DType::F32, kCpu, {T, QD}), k_rows, q_norm,
+                                k_norm, positions, inv_freq, heads, kv_heads, eps, Tensor{}, Tensor{});
+  store(key_cache, value_cache, k_rows, Tensor::view(v.data(), DType::F32, kCpu, {T, KD}), slots);
+}
+
 void CpuPagedAttention::attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
                                const PagedBatch& batch, int heads, int kv_heads) {
   const char* op = "CpuPagedAttention::attend";

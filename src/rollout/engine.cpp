@@ -213,6 +213,7 @@ EngineStats Engine::stats() const {
   EngineStats stats = stats_;
   stats.preemptions = scheduler_.preemptions();
   stats.graphs_captured = backend_->graphs_captured();
+  stats.graph_setup_seconds = backend_->graph_setup_seconds();
   return stats;
 }
 

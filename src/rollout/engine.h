@@ -42,6 +42,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t graphs_captured = 0;  // decode batch sizes captured as CUDA graphs
+  double graph_setup_seconds = 0;  // host time of those sizes' first steps (EngineBackend)
 };
 
 class Engine {

@@ -23,6 +23,7 @@ class CpuEngineBackend final : public EngineBackend {
   bool replays_graphs() const override { return false; }
   void run(std::optional<int64_t>, const std::function<void()>& work) override { work(); }
   int64_t graphs_captured() const override { return 0; }
+  double graph_setup_seconds() const override { return 0; }
 
  private:
   CpuOps ops_;

@@ -37,6 +37,10 @@ class EngineBackend {
   // with the same shapes every time, only the memory's contents may change.
   virtual void run(std::optional<int64_t> graph_key, const std::function<void()>& work) = 0;
   virtual int64_t graphs_captured() const = 0;
+  // Seconds the first steps of the captured sizes took on the host: the eager run (and the
+  // lazy set-up it does), the capture and the instantiation. What a size's first use
+  // costs a rollout beyond a replay.
+  virtual double graph_setup_seconds() const = 0;
 };
 
 // The backend of `pool`'s device. Scratch that the step's kernels need (split-K partials,

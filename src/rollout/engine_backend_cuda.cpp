@@ -2,6 +2,7 @@
 // of the instance's own, and one graph per decode batch size.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <map>
 #include <stdexcept>
 
@@ -34,6 +35,7 @@ class CudaEngineBackend final : public EngineBackend {
   RowSampler& sampler() override { return sampler_; }
   bool replays_graphs() const override { return true; }
   int64_t graphs_captured() const override { return static_cast<int64_t>(graphs_.size()); }
+  double graph_setup_seconds() const override { return graph_setup_seconds_; }
 
   void run(std::optional<int64_t> graph_key, const std::function<void()>& work) override {
     if (!graph_key) return work();
@@ -43,6 +45,7 @@ class CudaEngineBackend final : public EngineBackend {
     }
     // The first step of a size runs eagerly (lazy set-up such as GEMM plans happens here,
     // outside any capture) and is then captured without running for the next ones.
+    const auto start = std::chrono::steady_clock::now();
     work();
     cudaStream_t stream = ops_.stream();
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), name_ + ": begin capture");
@@ -61,6 +64,7 @@ class CudaEngineBackend final : public EngineBackend {
     cudaGraphDestroy(graph);
     check(status, name_ + ": graph instantiation");
     graphs_.emplace(*graph_key, exec);
+    graph_setup_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
  private:
@@ -69,6 +73,7 @@ class CudaEngineBackend final : public EngineBackend {
   CudaPagedAttention attention_;
   CudaRowSampler sampler_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  double graph_setup_seconds_ = 0;
 };
 
 }  // namespace

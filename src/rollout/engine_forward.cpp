@@ -141,19 +141,22 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
   for (int l = 0; l < config_.layers; ++l) {
     const LayerParameters& p = params.layers[l];
     const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
+    // Without qk_norm the norm weights are empty and q, k only rotate.
+    Tensor q_in = q;
     if (const Tensor qkv_proj = biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}); qkv_proj.data) {
       ops_.matmul_forward(qkv, normed, qkv_proj, Tensor{});
-      ops_.split_columns({q, k, v}, qkv);
+      attention_.store_qkv(q, cache.keys(l), cache.values(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq,
+                           batch.slots, H, KV, eps);
     } else {
       ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
       ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
       ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
+      q_in = config_.qk_norm ? rows(s.q_normed) : q;
+      const Tensor k_in = config_.qk_norm ? rows(s.k_normed) : k;
+      ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
+                                Tensor{});
+      attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
     }
-    // Without qk_norm the weights are empty and q, k rotate in place.
-    const Tensor q_in = config_.qk_norm ? rows(s.q_normed) : q, k_in = config_.qk_norm ? rows(s.k_normed) : k;
-    ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
-                              Tensor{});
-    attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
     attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
     ops_.add_rmsnorm_forward(normed, rstd, hidden, branch, p.post_attention_norm, eps);

@@ -5,8 +5,10 @@
 //   store k, v into the cache rows of the new tokens;  h += o_proj(paged_attention(q))
 //   h += down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
 // Where the weights lie end to end (model/parameters.h: stacked_weights), q|k|v is ONE
-// GEMM, split after, and gate|up ONE GEMM that SwiGLU reads in halves: at decode batch
-// sizes a GEMM takes about the same time whatever its width.
+// GEMM whose rows PagedAttention::store_qkv reads (norm, rope and the cache store in one
+// kernel on CUDA), and gate|up ONE GEMM that SwiGLU reads in halves: at decode batch
+// sizes a GEMM takes about the same time whatever its width, and a kernel's launch and
+// drain more than its work.
 // and only each sequence's LAST new token goes through the final norm and the LM head:
 // that is the only row a step samples from, and [T, vocab] logits of a long prompt chunk
 // would be by far the largest buffer.

@@ -29,6 +29,13 @@ class PagedAttention {
   // key_cache, value_cache: one layer's [rows, kv_heads*head_dim]; k, v: [T, same].
   virtual void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
                      const Tensor& slots) = 0;
+  // The same store from a layer's fused q|k|v projection, with the rotation before it:
+  // qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads; q_out [T,
+  // heads·head_dim] and the stored keys are those of Ops::qk_norm_rope_forward (q_norm and
+  // k_norm [head_dim], or both empty for rope alone), the stored values v as they are.
+  virtual void store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
+                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                         const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) = 0;
   // out, q: [T, heads*head_dim].
   virtual void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
                       const PagedBatch& batch, int heads, int kv_heads) = 0;

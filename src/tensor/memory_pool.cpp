@@ -1,16 +1,20 @@
 // The tagged memory pool's bookkeeping, written once over MemoryPoolBackend: which
-// allocation lives where, the host copies of offloaded ones, the pinned host cache,
-// and the per-tag accounting of current and peak bytes.
+// allocation lives where, the host copies of offloaded ones, the pinned host cache (and
+// the thread that fills it ahead of the offloads), and the per-tag accounting of current
+// and peak bytes.
 #include "tensor/memory_pool.h"
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "tensor/memory_pool_backend.h"
@@ -63,6 +67,8 @@ class TaggedMemoryPool final : public MemoryPool {
       : backend_(std::move(backend)), options_(options) {}
 
   ~TaggedMemoryPool() override {
+    filler_.request_stop();
+    if (filler_.joinable()) filler_.join();
     try {
       backend_->wait_for_device();
       for (auto& record : records_) free_record(*record);
@@ -132,16 +138,19 @@ class TaggedMemoryPool final : public MemoryPool {
   }
 
   TransferReport offload(Tag tag) override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     const auto start = Clock::now();
     TransferReport report;
     report.tag = tag_name(tag);
     bool waited = false;
-    for (auto& record : records_) {
+    // By index (records stay where they are): while an offload waits for the filler, the
+    // pool is open to other callers, which may allocate.
+    for (size_t i = 0; i < records_.size(); ++i) {
+      Record* record = records_[i].get();
       Allocation& allocation = record->allocation;
       if (allocation.tag != tag || allocation.residency != Residency::Resident) continue;
       if (!std::exchange(waited, true)) backend_->wait_for_device();
-      HostBuffer buffer = take_host_buffer(allocation.mapped_bytes, "offload " + describe(allocation));
+      HostBuffer buffer = take_host_buffer(allocation.mapped_bytes, "offload " + describe(allocation), lock);
       add_host(tag, buffer.capacity);
       try {
         backend_->copy_to_host(buffer.data, allocation.ptr, allocation.bytes);
@@ -235,6 +244,7 @@ class TaggedMemoryPool final : public MemoryPool {
     stats.device_peak = device_total_.peak;
     stats.host_bytes = host_total_.bytes;
     stats.host_peak = host_total_.peak;
+    stats.offload_host_allocations = offload_host_allocations_;
     return stats;
   }
 
@@ -272,8 +282,23 @@ class TaggedMemoryPool final : public MemoryPool {
     host_total_.reset_peak();
   }
 
-  size_t trim_host_cache() override {
+  void fill_host_cache(const std::vector<size_t>& capacities) override {
     std::lock_guard lock(mutex_);
+    if (!options_.pinned_host_cache)
+      throw std::invalid_argument("memory pool " + label() + ": fill_host_cache without a pinned host cache");
+    for (size_t capacity : capacities) {
+      fill_queue_.push_back(capacity);
+      filling_.insert(capacity);
+    }
+    if (filler_running_ || fill_queue_.empty()) return;
+    if (filler_.joinable()) filler_.join();  // done: it clears filler_running_ as its last step
+    filler_running_ = true;
+    filler_ = std::jthread([this](std::stop_token stop) { fill_from_queue(stop); });
+  }
+
+  size_t trim_host_cache() override {
+    std::unique_lock lock(mutex_);
+    cache_changed_.wait(lock, [&] { return !filler_running_; });
     return free_host_cache();
   }
 
@@ -335,13 +360,62 @@ class TaggedMemoryPool final : public MemoryPool {
     device_total_.remove(bytes);
   }
 
+  // The filler: allocates the queued capacities one by one, outside the pool's lock (an
+  // allocation of GBs takes a good part of a second), each added to the cache as it is
+  // ready. Stops early only when the pool goes away.
+  void fill_from_queue(const std::stop_token& stop) {
+    for (;;) {
+      size_t capacity = 0;
+      {
+        std::lock_guard lock(mutex_);
+        if (fill_queue_.empty() || stop.stop_requested()) {
+          fill_queue_.clear();
+          filling_.clear();
+          filler_running_ = false;
+          cache_changed_.notify_all();
+          return;
+        }
+        capacity = fill_queue_.front();
+        fill_queue_.pop_front();
+      }
+      void* data = nullptr;
+      std::string failure;
+      try {
+        data = backend_->host_alloc(capacity);
+      } catch (const std::exception& error) {
+        failure = error.what();
+      }
+      std::lock_guard lock(mutex_);
+      filling_.erase(filling_.find(capacity));
+      if (data) {
+        host_cache_.emplace(capacity, data);
+        cache_used_ = true;
+        cache_ledger_.host.add(capacity);
+        add_host_total(capacity);
+      } else if (fill_failure_.empty()) {
+        fill_failure_ = failure;
+      }
+      cache_changed_.notify_all();
+    }
+  }
+
   // The smallest cached buffer that holds the data is reused, however much larger: the
   // handoff plans never hold both sides' copies on the host at once (in gpu peak mode),
   // so the trainer's buffers serve the engine's weights and host memory stays at the
-  // larger side. Otherwise a new one is allocated, after giving the cache back to the
-  // system if memory is short.
-  HostBuffer take_host_buffer(size_t capacity, const std::string& what) {
+  // larger side. When the best fit is still being filled in, it is waited for: taking
+  // another would leave the buffer that was meant for it to the next offload, one the
+  // plan did not allocate it for. Otherwise a new one is allocated, after giving the cache
+  // back to the system if memory is short.
+  HostBuffer take_host_buffer(size_t capacity, const std::string& what, std::unique_lock<std::mutex>& lock) {
     if (options_.pinned_host_cache) {
+      cache_changed_.wait(lock, [&] {
+        const auto ready = host_cache_.lower_bound(capacity);
+        const auto coming = filling_.lower_bound(capacity);
+        return coming == filling_.end() || (ready != host_cache_.end() && ready->first <= *coming);
+      });
+      if (!fill_failure_.empty())
+        throw std::runtime_error("memory pool " + label() + ": " + what + ": filling the pinned host cache failed: " +
+                                 std::exchange(fill_failure_, std::string()));
       const auto fit = host_cache_.lower_bound(capacity);
       if (fit != host_cache_.end()) {
         HostBuffer buffer{fit->second, fit->first};
@@ -351,6 +425,7 @@ class TaggedMemoryPool final : public MemoryPool {
         return buffer;
       }
     }
+    ++offload_host_allocations_;
     try {
       return HostBuffer{backend_->host_alloc(capacity), capacity};
     } catch (const std::exception& first_error) {
@@ -414,6 +489,15 @@ class TaggedMemoryPool final : public MemoryPool {
   std::map<int, PeakBytes> windows_;              // open peak windows by id
   int next_window_ = 0;
   std::multimap<size_t, void*> host_cache_;       // capacity -> buffer
+  size_t offload_host_allocations_ = 0;
+  // fill_host_cache: the capacities still to allocate, those not yet in the cache (the
+  // queue's and the one being allocated), whether the filler runs, and its first failure.
+  std::deque<size_t> fill_queue_;
+  std::multiset<size_t> filling_;
+  bool filler_running_ = false;
+  std::string fill_failure_;
+  std::condition_variable cache_changed_;  // a buffer came into the cache, or the filler stopped
+  std::jthread filler_;                   // last: joined before the rest goes
 };
 
 }  // namespace

@@ -45,6 +45,9 @@ struct MemoryStats {
   std::map<std::string, TagUsage> per_tag;  // by tag name, every tag ever used
   size_t device_bytes = 0, device_peak = 0;  // sums over tags; peak of the sum
   size_t host_bytes = 0, host_peak = 0;
+  // Host buffers an offload had to allocate itself (none in the pinned host cache fitted):
+  // each costs the offload the allocation's time, which fill_host_cache moves off it.
+  size_t offload_host_allocations = 0;
 };
 
 // What an offload, onload or drop did.
@@ -121,7 +124,15 @@ class MemoryPool {
   // The window's peaks so far; closing forgets it. Throws for an unknown id.
   virtual PeakBytes peak_window(int id) const = 0;
   virtual PeakBytes close_peak_window(int id) = 0;
-  // Frees every cached host buffer; returns the bytes given back to the system.
+  // Allocates host buffers of these capacities into the pinned host cache, in order, on a
+  // thread of the pool's own, and returns at once (a later call queues behind an earlier
+  // one). An offload whose best fit is still being allocated waits for it rather than
+  // allocating its own, so a job can have the handoffs' buffers allocated beside its
+  // start-up. A failed allocation is rethrown by the next offload. Throws
+  // std::invalid_argument when the pool has no pinned host cache.
+  virtual void fill_host_cache(const std::vector<size_t>& capacities) = 0;
+  // Frees every cached host buffer (after a fill in progress); returns the bytes given
+  // back to the system.
   virtual size_t trim_host_cache() = 0;
   virtual std::vector<const Allocation*> allocations() const = 0;
 };

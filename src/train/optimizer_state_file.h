@@ -23,8 +23,9 @@ class OptimizerStateFile {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   const std::filesystem::path& path() const { return path_; }
-  // msync(MS_SYNC) of the whole mapping: the dirty pages reach the disk now (before a
-  // checkpoint) rather than whenever the kernel chooses. Returns the seconds it took.
+  // msync(MS_SYNC) of the whole mapping: the dirty pages reach the disk now (after each
+  // checkpoint, on the writer's thread) rather than whenever the kernel chooses; writes
+  // into the mapping may go on meanwhile. Returns the seconds it took.
   double sync();
 
  private:

@@ -20,7 +20,10 @@ PinnedMemory::PinnedMemory(size_t bytes, Device device) : bytes_(bytes) {
   }
 #endif
   (void)device;
-  data_ = std::malloc(bytes);
+  // Page-aligned as pinned memory is, so a checkpoint's direct writes read it in place
+  // (disk_stream.h) instead of through their staging buffer.
+  constexpr size_t kPage = 4096;
+  data_ = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
   if (!data_ && bytes) throw std::runtime_error("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   // Touched now, as pinned memory is: resident from the start, so the memory plan's
   // baseline (the resident set when it is made) counts it.

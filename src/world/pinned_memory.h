@@ -1,5 +1,6 @@
 // Zeroed host memory for a buffer the GPU copies to and from at DMA rate: page-locked
-// (allocate_pinned_host) when the job runs on CUDA, plain memory on the CPU backend.
+// (allocate_pinned_host) when the job runs on CUDA, plain memory on the CPU backend;
+// page-aligned either way.
 #pragma once
 #include <cstddef>
 

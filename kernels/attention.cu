@@ -74,10 +74,10 @@ __device__ float lanes_dot(const float (&x)[kLaneDims], const Element* row, int 
 }
 
 template <class Element>
-__device__ void add_lanes(Element* row, const float (&x)[kLaneDims], int head_dim, int lane) {
+__device__ void store_lanes(Element* row, const float (&x)[kLaneDims], int head_dim, int lane) {
 #pragma unroll
   for (int i = 0; i < kLaneDims; ++i)
-    if (lane + 32 * i < head_dim) store(row + lane + 32 * i, to_float(row[lane + 32 * i]) + x[i]);
+    if (lane + 32 * i < head_dim) store(row + lane + 32 * i, x[i]);
 }
 
 struct Geometry {
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kScalarThreads)
   if (lane == 0) lse[row] = max + logf(sum);
 }
 
-// dq[t] += Σ_j dS_tj k_j over the keys t sees, with dS = P ∘ (dP − rowsum(dO∘O)) · scale.
+// dq[t] = Σ_j dS_tj k_j over the keys t sees, with dS = P ∘ (dP − rowsum(dO∘O)) · scale.
 template <class Element>
 __global__ void __launch_bounds__(kScalarThreads)
     backward_query_rows(Element* dq, const Element* dout, const Element* out, const float* lse, const Element* q,
@@ -144,10 +144,10 @@ __global__ void __launch_bounds__(kScalarThreads)
     for (int i = 0; i < kLaneDims; ++i)
       if (lane + 32 * i < D) acc[i] += dscore * to_float(kj[lane + 32 * i]);
   }
-  add_lanes(dq + t * q_stride + h * D, acc, D, lane);
+  store_lanes(dq + t * q_stride + h * D, acc, D, lane);
 }
 
-// dk[j] += Σ dS_tj q_t and dv[j] += Σ P_tj dO_t over the queries t >= j of j's sequence
+// dk[j] = Σ dS_tj q_t and dv[j] = Σ P_tj dO_t over the queries t >= j of j's sequence
 // and over every query head of j's group: each warp owns its key row, so no atomics.
 template <class Element>
 __global__ void __launch_bounds__(kScalarThreads)
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kScalarThreads)
       }
     }
   }
-  add_lanes(dk + j * kv_stride + kv_head * D, dk_acc, D, lane);
-  add_lanes(dv + j * kv_stride + kv_head * D, dv_acc, D, lane);
+  store_lanes(dk + j * kv_stride + kv_head * D, dk_acc, D, lane);
+  store_lanes(dv + j * kv_stride + kv_head * D, dv_acc, D, lane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,11 +265,11 @@ __device__ inline void accumulate_product(float (&acc)[D / 8][4], const unsigned
   }
 }
 
-// acc (this warp's 16 rows × D) added into `dst` rows starting at `first` (rows >= `rows`
-// are outside the sequence and skipped): the accumulate (+=) of the backward ops.
+// acc (this warp's 16 rows × D) written to `dst` rows starting at `first` (rows >= `rows`
+// are outside the sequence and skipped): the backward ops' only write of a gradient row.
 template <int D>
-__device__ inline void add_rows(bf16* dst, int64_t row_stride, int rows, int first, const float (&acc)[D / 8][4],
-                                int lane) {
+__device__ inline void store_rows(bf16* dst, int64_t row_stride, int rows, int first, const float (&acc)[D / 8][4],
+                                  int lane) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = first + lane / 4 + 8 * half;
@@ -277,9 +277,7 @@ __device__ inline void add_rows(bf16* dst, int64_t row_stride, int rows, int fir
     bf16* base = dst + row * row_stride + 2 * (lane % 4);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      __nv_bfloat162* pair = reinterpret_cast<__nv_bfloat162*>(base + n * 8);
-      const float2 old = __bfloat1622float2(*pair);
-      *pair = __floats2bfloat162_rn(old.x + acc[n][2 * half], old.y + acc[n][2 * half + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(base + n * 8) = __floats2bfloat162_rn(acc[n][2 * half], acc[n][2 * half + 1]);
     }
   }
 }
@@ -535,7 +533,7 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_product<D>(dq_acc, ds_a, k_tile, lane);
     __syncthreads();
   }
-  add_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
+  store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
 }
 
 template <int D>
@@ -643,8 +641,8 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
     __syncthreads();
   }
-  add_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
-  add_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
+  store_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
+  store_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // Shapes: q, out, dq, dout [T, heads*head_dim]; k, v, dk, dv [T, kv_heads*head_dim];
 // lse F32 [T, heads] (natural log of each query's softmax normaliser, written by forward,
 // read by backward); cu_seqlens I32 [sequences+1] on the device. The data tensors share one
-// dtype, BF16 or F32; products and sums are FP32. Backward ACCUMULATES (+=) into dq, dk, dv.
+// dtype, BF16 or F32; products and sums are FP32. Backward OVERWRITES dq, dk, dv: each
+// gradient row is written once, by the one thread that sums it (no zeroed buffer needed).
 //
 // Two paths, chosen per call:
 // - BF16 with head_dim 16, 32, 64 or 128 and 16-byte aligned tensors: flash-attention 2

@@ -60,8 +60,8 @@ void CudaOps::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tenso
   cuda::rmsnorm_forward(out, rstd, x, weight, eps, stream_);
 }
 void CudaOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                               const Tensor& weight, const Tensor& rstd) {
-  cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, stream_);
+                               const Tensor& weight, const Tensor& rstd, GradWrite dx_write) {
+  cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, dx_write, stream_);
 }
 void CudaOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
                                   const Tensor& weight, float eps) {
@@ -71,8 +71,8 @@ void CudaOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& w
   cuda::matmul_forward(*matmul_, out, x, weight, bias);
 }
 void CudaOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                              const Tensor& x, const Tensor& weight) {
-  cuda::matmul_backward(*matmul_, dx, dweight, dbias, dout, x, weight);
+                              const Tensor& x, const Tensor& weight, GradWrite dx_write) {
+  cuda::matmul_backward(*matmul_, dx, dweight, dbias, dout, x, weight, dx_write);
 }
 void CudaOps::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) {
   cuda::rope_forward(x, positions, inv_freq, heads, stream_);
@@ -82,8 +82,10 @@ void CudaOps::rope_backward(const Tensor& dx, const Tensor& positions, const Ten
 }
 void CudaOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                                    const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
-                                   const Tensor& inv_freq, int heads, int kv_heads, float eps) {
-  cuda::qk_norm_rope_forward(q_out, k_out, q, k, q_norm, k_norm, positions, inv_freq, heads, kv_heads, eps, stream_);
+                                   const Tensor& inv_freq, int heads, int kv_heads, float eps, const Tensor& q_rstd,
+                                   const Tensor& k_rstd) {
+  cuda::qk_norm_rope_forward(q_out, k_out, q, k, q_norm, k_norm, positions, inv_freq, heads, kv_heads, eps, q_rstd,
+                             k_rstd, stream_);
 }
 void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {

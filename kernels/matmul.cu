@@ -243,7 +243,7 @@ void matmul_forward(const MatmulContext& context, const Tensor& out, const Tenso
 }
 
 void matmul_backward(const MatmulContext& context, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& x, const Tensor& weight) {
+                     const Tensor& dout, const Tensor& x, const Tensor& weight, GradWrite dx_write) {
   const std::string op = "cuda::matmul_backward";
   check_context(context, op);
   check_op_arg(x, op.c_str(), "x", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
@@ -262,10 +262,13 @@ void matmul_backward(const MatmulContext& context, const Tensor& dx, const Tenso
   if (dweight.data) check_aligned(dweight, op, "dweight");
   if (dbias.data) check_aligned(dbias, op, "dbias");
   const auto n = static_cast<uint64_t>(N), i = static_cast<uint64_t>(I), o = static_cast<uint64_t>(O);
-  // dxᵀ [I,N] += (weight as col-major [I,O]) · (dout as col-major [O,N]).
+  // dxᵀ [I,N] (+)= (weight as col-major [I,O]) · (dout as col-major [O,N]).
+  const bool overwrite = dx_write == GradWrite::overwrite;
+  if (dx.data && o == 0 && overwrite)  // no GEMM runs for an empty product: dx is its zero
+    check_cuda(cudaMemsetAsync(dx.data, 0, dx.nbytes(), context.stream), op, "cudaMemsetAsync of dx");
   if (dx.data)
-    run_gemm(context, op, {CUBLAS_OP_N, CUBLAS_OP_N, i, n, o, data, data, false}, weight.data, dout.data, dx.data, 1.0f,
-             nullptr);
+    run_gemm(context, op, {CUBLAS_OP_N, CUBLAS_OP_N, i, n, o, data, data, false}, weight.data, dout.data, dx.data,
+             overwrite ? 0.0f : 1.0f, nullptr);
   // dweightᵀ [I,O] += (x as col-major [I,N]) · (dout as col-major [O,N])ᵀ, into FP32.
   if (dweight.data)
     run_gemm(context, op, {CUBLAS_OP_N, CUBLAS_OP_T, i, o, n, data, DType::F32, false}, x.data, dout.data,

@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "model/grad_write.h"
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -36,9 +37,10 @@ void destroy_matmul_context(MatmulContext& context);
 void matmul_forward(const MatmulContext& context, const Tensor& out, const Tensor& x, const Tensor& weight,
                     const Tensor& bias);
 
-// Accumulates: dx += dout · weight, dweight (F32) += doutᵀ · x, dbias (F32) += Σ_rows dout.
-// Any of dx, dweight, dbias may be empty (data == nullptr) when that gradient is not wanted.
+// dx = or += dout · weight as dx_write says (overwrite: a GEMM with beta 0, dx never read);
+// accumulates dweight (F32) += doutᵀ · x and dbias (F32) += Σ_rows dout. Any of dx,
+// dweight, dbias may be empty (data == nullptr) when that gradient is not wanted.
 void matmul_backward(const MatmulContext& context, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& x, const Tensor& weight);
+                     const Tensor& dout, const Tensor& x, const Tensor& weight, GradWrite dx_write);
 
 }  // namespace tandem::cuda

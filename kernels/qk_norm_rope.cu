@@ -30,6 +30,7 @@ struct HeadGroup {
   int64_t out_stride = 0;
   const T* weight = nullptr;  // the per-head norm, or null (rope alone; v is copied as it is)
   bool to_slots = false;
+  float* rstd = nullptr;  // each head's 1/rms, at t * (the group's heads) + j, or null (not kept)
 };
 
 // One head of one token per team of S lanes (a power of two up to a warp): row r of the
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
     }
     const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
+    if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + j] = r;
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
@@ -185,7 +187,8 @@ bool checked_norms(const char* op, const Tensor& q_norm, const Tensor& k_norm, D
 
 void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                           const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                          int heads, int kv_heads, float eps, cudaStream_t stream) {
+                          int heads, int kv_heads, float eps, const Tensor& q_rstd, const Tensor& k_rstd,
+                          cudaStream_t stream) {
   constexpr const char* op = "cuda::qk_norm_rope_forward";
   check_op_arg(q, op, "q", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t T = q.shape[0], D = checked_head_dim(op, q, q.shape[1], heads, kv_heads);
@@ -195,12 +198,19 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
   check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
   check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
   const bool norm = checked_norms(op, q_norm, k_norm, q.dtype, D);
+  if (q_rstd.data || k_rstd.data) {
+    if (!norm) throw std::invalid_argument(std::string(op) + ": rstd outputs given without q/k norm weights");
+    check_op_arg(q_rstd, op, "q_rstd", Device::CUDA, {DType::F32}, {T * heads});
+    check_op_arg(k_rstd, op, "k_rstd", Device::CUDA, {DType::F32}, {T * kv_heads});
+  }
   if (T == 0) return;
   dispatch_data(q.dtype, [&](auto tag) {
     using E = decltype(tag);
     const int64_t QD = heads * D, KD = kv_heads * D;
-    const HeadGroup<E> qg{q.ptr<E>(), QD, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false};
-    const HeadGroup<E> kg{k.ptr<E>(), KD, k_out.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, false};
+    const HeadGroup<E> qg{q.ptr<E>(), QD, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false,
+                          q_rstd.ptr<float>()};
+    const HeadGroup<E> kg{k.ptr<E>(), KD, k_out.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, false,
+                          k_rstd.ptr<float>()};
     launch_heads<E>(qg, kg, HeadGroup<E>{}, nullptr, 0, positions, inv_freq, T, heads, kv_heads, 0,
                     static_cast<int>(D / 2), eps, stream);
     check_launch(op);

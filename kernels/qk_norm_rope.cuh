@@ -1,6 +1,7 @@
-// Attention's inputs in one kernel for the engine's forward pass: per-head RMSNorm (Qwen3's
-// qk_norm) and RoPE of q and k together, where the unfused sequence takes four kernels
-// (two norms, two rotations) and one launch is worth more than the work at decode sizes.
+// Attention's inputs in one kernel for the engine's and the trainer's forward passes:
+// per-head RMSNorm (Qwen3's qk_norm) and RoPE of q and k together, where the unfused
+// sequence takes four kernels (two norms, two rotations) and one launch is worth more
+// than the work at decode sizes.
 // CPU twin: CpuOps::qk_norm_rope_forward (rmsnorm_forward then rope_forward per tensor),
 // compared in tests/gpu_ops_pointwise.cpp.
 #pragma once
@@ -17,9 +18,13 @@ inline constexpr int64_t kQkNormRopeMaxHeadDim = 512;
 // heads*head_dim], k, k_out [T, kv_heads*head_dim] of one data dtype (F32 or BF16), the
 // weights [head_dim] of that dtype or both empty (rope alone). Outputs may alias inputs.
 // The normalised values stay FP32 through the rotation: one rounding per output.
+// q_rstd F32 [T*heads] and k_rstd F32 [T*kv_heads], when given (both, and only with the
+// weights), receive each head's 1/rms for rmsnorm_backward (the trainer keeps them); the
+// engine passes both empty.
 void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                           const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                          int heads, int kv_heads, float eps, cudaStream_t stream);
+                          int heads, int kv_heads, float eps, const Tensor& q_rstd, const Tensor& k_rstd,
+                          cudaStream_t stream);
 
 // The engine's attention inputs straight from its fused q|k|v projection: qkv [T,
 // (heads + 2·kv_heads)·head_dim], each row a token's q heads, k heads, v heads. Writes

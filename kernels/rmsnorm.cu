@@ -98,8 +98,9 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
 // Block b owns rows [b·rows_per_block, (b+1)·rows_per_block) (a multiple of the teams per
 // block, so every team runs the same number of steps); team t takes every teams-th row
 // from t. Each lane sums dout·x·rstd over its rows in registers; the block then writes the
-// sum over its teams, in team order, as partials[b].
-template <class T, int N, int S>
+// sum over its teams, in team order, as partials[b]. AccumulateDx adds into dx, else dx is
+// overwritten without being read.
+template <class T, int N, int S, bool AccumulateDx>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     rmsnorm_backward_kernel(T* dx, float* partials, const T* dout, const T* x, const T* weight, const float* rstd,
                             int64_t rows, int columns, int64_t rows_per_block) {
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
       if (valid && owned[j]) {
         g[j] = dy[lane + j * S];
         v[j] = xr[lane + j * S];
-        d[j] = dxr[lane + j * S];
+        if constexpr (AccumulateDx) d[j] = dxr[lane + j * S];
       }
     }
     const float r = valid ? rstd[row] : 0.0f;
@@ -151,7 +152,11 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float gk = to_float(g[j].v[k]), vk = to_float(v[j].v[k]);
-        d[j].v[k] = from_float<T>(to_float(d[j].v[k]) + r * (gk * to_float(w[j].v[k]) - vk * r * mean));
+        const float share = r * (gk * to_float(w[j].v[k]) - vk * r * mean);
+        if constexpr (AccumulateDx)
+          d[j].v[k] = from_float<T>(to_float(d[j].v[k]) + share);
+        else
+          d[j].v[k] = from_float<T>(share);
         dweight[j][k] += gk * vk * r;
       }
       dxr[lane + j * S] = d[j];
@@ -261,7 +266,7 @@ void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hi
 }
 
 void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                      const Tensor& weight, const Tensor& rstd, cudaStream_t stream) {
+                      const Tensor& weight, const Tensor& rstd, GradWrite dx_write, cudaStream_t stream) {
   constexpr const char* op = "cuda::rmsnorm_backward";
   check_op_arg(x, op, "x", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t N = x.shape[0], D = x.shape[1];
@@ -274,7 +279,7 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
   if (N == 0 || D == 0) return;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
-    auto launch = [&](auto pack) {
+    auto launch = [&](auto pack, auto accumulate) {
       constexpr int P = decltype(pack)::value;
       constexpr int L = kPacksPerLane<P>;
       with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
@@ -285,7 +290,7 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
         const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
         const StreamScratch partials(static_cast<size_t>(blocks * D) * sizeof(float), stream, op);
         const size_t shared_bytes = teams > 1 ? static_cast<size_t>(teams * D) * sizeof(float) : 0;
-        rmsnorm_backward_kernel<E, P, S><<<static_cast<unsigned>(blocks), teams * S, shared_bytes, stream>>>(
+        rmsnorm_backward_kernel<E, P, S, decltype(accumulate)::value><<<static_cast<unsigned>(blocks), teams * S, shared_bytes, stream>>>(
             dx.ptr<E>(), partials.at<float>(0), dout.ptr<E>(), x.ptr<E>(), weight.ptr<E>(), rstd.ptr<float>(), N,
             static_cast<int>(D), rows_per_block);
         check_launch(op);
@@ -293,10 +298,16 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
             dweight.ptr<float>(), partials.at<float>(0), blocks, static_cast<int>(D));
       });
     };
-    if (D % kPack<E> == 0 && aligned16(dx.data, dout.data, x.data, weight.data))
-      launch(std::integral_constant<int, kPack<E>>{});
+    auto with_pack = [&](auto accumulate) {
+      if (D % kPack<E> == 0 && aligned16(dx.data, dout.data, x.data, weight.data))
+        launch(std::integral_constant<int, kPack<E>>{}, accumulate);
+      else
+        launch(std::integral_constant<int, 1>{}, accumulate);
+    };
+    if (dx_write == GradWrite::accumulate)
+      with_pack(std::true_type{});
     else
-      launch(std::integral_constant<int, 1>{});
+      with_pack(std::false_type{});
     check_launch(op);
   });
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "model/grad_write.h"
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -25,9 +26,10 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, con
 // CPU twin: CpuOps::add_rmsnorm_forward.
 void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
                          const Tensor& weight, float eps, cudaStream_t stream);
-// dx += ∂out/∂x · dout (dx, dout, x, weight of x's dtype), dweight F32 [D] += Σ_rows
-// dout · x · rstd. Uses stream-ordered scratch memory of at most 512·D·4 bytes.
+// dx = or += ∂out/∂x · dout as dx_write says (dx, dout, x, weight of x's dtype; overwrite
+// never reads dx), dweight F32 [D] += Σ_rows dout · x · rstd. Uses stream-ordered scratch
+// memory of at most 512·D·4 bytes.
 void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                      const Tensor& weight, const Tensor& rstd, cudaStream_t stream);
+                      const Tensor& weight, const Tensor& rstd, GradWrite dx_write, cudaStream_t stream);
 
 }  // namespace tandem::cuda

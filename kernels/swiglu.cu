@@ -62,13 +62,11 @@ struct SwigluBackward {
     load<M>(gate + i, g);
     load<M>(up + i, u);
     load<M>(dout + i, dy);
-    load<M>(dgate + i, dg);
-    load<M>(dup + i, du);
 #pragma unroll
     for (int k = 0; k < M; ++k) {
       const float s = sigmoid(g[k]);
-      dg[k] += dy[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
-      du[k] += dy[k] * g[k] * s;
+      dg[k] = dy[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+      du[k] = dy[k] * g[k] * s;
     }
     store<M>(dgate + i, dg);
     store<M>(dup + i, du);

@@ -11,7 +11,8 @@ namespace tandem::cuda {
 void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up, cudaStream_t stream);
 // The same with gate and up the two halves of each row of gate_up [N, 2I]; out [N, I].
 void swiglu_forward(const Tensor& out, const Tensor& gate_up, cudaStream_t stream);
-// dgate += dout * up * silu'(gate), dup += dout * silu(gate); all [N, I] of gate's dtype.
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate) (overwritten, never read); all
+// [N, I] of gate's dtype.
 void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                      const Tensor& up, cudaStream_t stream);
 

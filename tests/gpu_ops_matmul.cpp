@@ -154,22 +154,27 @@ class GpuMatmul : public ::testing::Test {
     EXPECT_LE(worst_scaled_error(out_d.read(), out), tolerance) << "out";
   }
 
-  // `calls` backward calls on the same inputs into gradients that start nonzero.
+  // `calls` backward calls on the same inputs into gradients that start nonzero. With
+  // dx_write = overwrite the GPU's dx starts as NaN (a read of it would show) and the CPU's
+  // as random values.
   void check_backward(DType dtype, const BackwardCase& c, std::mt19937& rng, double data_tolerance,
-                      double gradient_tolerance, int calls) {
+                      double gradient_tolerance, int calls, GradWrite dx_write) {
     const auto [N, I, O] = c.shape;
+    const bool overwrite = dx_write == GradWrite::overwrite;
     SCOPED_TRACE(describe(c.shape, dtype) + " wanted:" + (c.dx ? " dx" : "") + (c.dweight ? " dweight" : "") +
-                 (c.dbias ? " dbias" : "") + ", calls " + std::to_string(calls));
+                 (c.dbias ? " dbias" : "") + ", calls " + std::to_string(calls) +
+                 (overwrite ? ", dx overwritten" : ", dx accumulated"));
     std::vector<float> x = random_values(rng, dtype, N * I), weight = random_values(rng, dtype, O * I),
                        dout = random_values(rng, dtype, N * O), dx = random_values(rng, dtype, N * I),
                        dweight = random_values(rng, DType::F32, O * I), dbias = random_values(rng, DType::F32, O);
     const DeviceTensor x_d(dtype, {N, I}, x), weight_d(dtype, {O, I}, weight), dout_d(dtype, {N, O}, dout),
-        dx_d(dtype, {N, I}, dx), dweight_d(DType::F32, {O, I}, dweight), dbias_d(DType::F32, {O}, dbias);
+        dx_d(dtype, {N, I}, overwrite ? std::vector<float>(dx.size(), std::nanf("")) : dx), dweight_d(DType::F32, {O, I}, dweight), dbias_d(DType::F32, {O}, dbias);
     for (int call = 0; call < calls; ++call) {
       cuda::matmul_backward(context_, c.dx ? dx_d.tensor() : Tensor{}, c.dweight ? dweight_d.tensor() : Tensor{},
-                            c.dbias ? dbias_d.tensor() : Tensor{}, dout_d.tensor(), x_d.tensor(), weight_d.tensor());
+                            c.dbias ? dbias_d.tensor() : Tensor{}, dout_d.tensor(), x_d.tensor(), weight_d.tensor(),
+                            dx_write);
       cpu_.matmul_backward(host_view(dx, {N, I}), host_view(dweight, {O, I}), host_view(dbias, {O}),
-                           host_view(dout, {N, O}), host_view(x, {N, I}), host_view(weight, {O, I}));
+                           host_view(dout, {N, O}), host_view(x, {N, I}), host_view(weight, {O, I}), dx_write);
     }
     if (c.dx) {
       EXPECT_LE(worst_scaled_error(dx_d.read(), dx), data_tolerance) << "dx";
@@ -207,7 +212,8 @@ TEST_F(GpuMatmul, BackwardF32MatchesCpu) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  for (const BackwardCase& c : kBackwardCases) check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 1);
+  for (const BackwardCase& c : kBackwardCases)
+    check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 1, GradWrite::accumulate);
 }
 
 TEST_F(GpuMatmul, BackwardBf16MatchesCpu) {
@@ -215,7 +221,7 @@ TEST_F(GpuMatmul, BackwardBf16MatchesCpu) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (const BackwardCase& c : kBackwardCases)
-    check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 1);
+    check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 1, GradWrite::accumulate);
 }
 
 // Micro-batches: two calls add two products on top of what the buffers held.
@@ -224,8 +230,21 @@ TEST_F(GpuMatmul, BackwardAccumulatesOverCalls) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const BackwardCase c{{129, 1032, 136}, true, true, true};
-  check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 2);
-  check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 2);
+  check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 2, GradWrite::accumulate);
+  check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 2, GradWrite::accumulate);
+}
+
+// The first writer of a shared input gradient: dx holds one product (never read, so the
+// NaN it starts with is gone), while dweight and dbias still add up over the two calls.
+TEST_F(GpuMatmul, BackwardOverwritesDxAndAccumulatesWeights) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const BackwardCase& c : {BackwardCase{{129, 1032, 136}, true, true, true}, BackwardCase{{7, 33, 17}, true, false,
+                                                                                                false}}) {
+    check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 2, GradWrite::overwrite);
+    check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 2, GradWrite::overwrite);
+  }
 }
 
 void expect_invalid(const std::function<void()>& call, const std::string& expected) {
@@ -265,7 +284,7 @@ TEST_F(GpuMatmul, ArgumentChecksFire) {
   expect_invalid(forward(out.tensor(), x_rows, weight.tensor(), short_dbias), "argument 'bias' must be BF16");
 
   auto backward = [&](const Tensor& gx, const Tensor& gw, const Tensor& gb, const Tensor& g) {
-    return [&, gx, gw, gb, g] { cuda::matmul_backward(context_, gx, gw, gb, g, x_rows, weight.tensor()); };
+    return [&, gx, gw, gb, g] { cuda::matmul_backward(context_, gx, gw, gb, g, x_rows, weight.tensor(), GradWrite::accumulate); };
   };
   expect_invalid(backward(dx.tensor(), dweight_bf16, none, dout), "argument 'dweight' must be F32");
   expect_invalid(backward(none, none, short_dbias, dout), "argument 'dbias' must have shape [16]");

@@ -2,7 +2,8 @@
 // and the engine's fused add + rmsnorm and q/k norm + rope)
 // against CpuOps on identical values: fresh random inputs every run (the seed is printed
 // with every failure), F32 and BF16 data, odd shapes that take the one-element paths,
-// gradients that accumulate over repeated calls, and argument checks.
+// gradients that accumulate over repeated calls, input gradients that are overwritten
+// (they start as NaN, so a kernel that read them would show), and argument checks.
 //
 // Per element, |gpu - cpu| <= rtol·|cpu| + atol·max|cpu| over the tensor:
 //   F32 data                 rtol 1e-5, atol 1e-6  (FP32 operation order, libm last bits)
@@ -129,6 +130,9 @@ constexpr Tolerance kBF16Data{8e-3, 1e-5};
 constexpr Tolerance kF32Sums{1e-5, 1e-5};
 
 Tolerance data_tolerance(DType dtype) { return dtype == DType::BF16 ? kBF16Data : kF32Data; }
+
+// The start of a gradient that must be overwritten: any read of it propagates a NaN.
+std::vector<float> nans(int64_t n) { return std::vector<float>(n, std::nanf("")); }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tolerance,
                   const std::string& what) {
@@ -320,27 +324,33 @@ TEST_F(GpuPointwise, RmsnormForwardMatchesCpu) {
   }
 }
 
-TEST_F(GpuPointwise, RmsnormBackwardAccumulatesLikeCpu) {
+// dx accumulated (from random values) or overwritten (from NaN); dweight accumulates in both.
+TEST_F(GpuPointwise, RmsnormBackwardAccumulatesOrOverwritesLikeCpu) {
   for (DType dtype : kDataTypes) {
     for (const auto& [N, D] : kRmsnormShapes) {
-      const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
-      const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
-      const Operand dout(dtype, {N, D}, normal(N * D));
-      Operand dx(dtype, {N, D}, normal(N * D));
-      Operand dweight(DType::F32, {D}, normal(D));
-      // rstd as the forward pass leaves it, from the same (rounded) x on both sides.
-      std::vector<float> normed(N * D), rstd_values(N);
-      cpu_.rmsnorm_forward(Tensor::view(normed.data(), DType::F32, Device::CPU, {N, D}),
-                           Tensor::view(rstd_values.data(), DType::F32, Device::CPU, {N}), x.cpu(), weight.cpu(),
-                           1e-6f);
-      const Operand rstd(DType::F32, {N}, rstd_values);
-      for (int call = 1; call <= 2; ++call) {
-        cpu_.rmsnorm_backward(dx.cpu(), dweight.cpu(), dout.cpu(), x.cpu(), weight.cpu(), rstd.cpu());
-        cuda::rmsnorm_backward(dx.gpu(), dweight.gpu(), dout.gpu(), x.gpu(), weight.gpu(), rstd.gpu(), nullptr);
-        const std::string what = label("rmsnorm_backward", dtype, {N, D}) + " call " + std::to_string(call);
-        expect_close(dx.download(), dx.host(), data_tolerance(dtype), what + " dx");
-        expect_close(dweight.download(), dweight.host(), kF32Sums, what + " dweight");
-        dx.adopt_device_values();
+      for (const GradWrite dx_write : {GradWrite::accumulate, GradWrite::overwrite}) {
+        const bool overwrite = dx_write == GradWrite::overwrite;
+        const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+        const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
+        const Operand dout(dtype, {N, D}, normal(N * D));
+        Operand dx(dtype, {N, D}, overwrite ? nans(N * D) : normal(N * D));
+        Operand dweight(DType::F32, {D}, normal(D));
+        // rstd as the forward pass leaves it, from the same (rounded) x on both sides.
+        std::vector<float> normed(N * D), rstd_values(N);
+        cpu_.rmsnorm_forward(Tensor::view(normed.data(), DType::F32, Device::CPU, {N, D}),
+                             Tensor::view(rstd_values.data(), DType::F32, Device::CPU, {N}), x.cpu(), weight.cpu(),
+                             1e-6f);
+        const Operand rstd(DType::F32, {N}, rstd_values);
+        for (int call = 1; call <= 2; ++call) {
+          cpu_.rmsnorm_backward(dx.cpu(), dweight.cpu(), dout.cpu(), x.cpu(), weight.cpu(), rstd.cpu(), dx_write);
+          cuda::rmsnorm_backward(dx.gpu(), dweight.gpu(), dout.gpu(), x.gpu(), weight.gpu(), rstd.gpu(), dx_write,
+                                 nullptr);
+          const std::string what = label(overwrite ? "rmsnorm_backward overwriting dx" : "rmsnorm_backward", dtype,
+                                         {N, D}) + " call " + std::to_string(call);
+          expect_close(dx.download(), dx.host(), data_tolerance(dtype), what + " dx");
+          expect_close(dweight.download(), dweight.host(), kF32Sums, what + " dweight");
+          dx.adopt_device_values();
+        }
       }
     }
   }
@@ -358,15 +368,17 @@ TEST_F(GpuPointwise, RmsnormRefusesBadArguments) {
   expect_refused([&] { cuda::rmsnorm_forward(device_view(DType::BF16, {4, 64}), rstd, x, weight, 1e-6f, nullptr); },
                  forward, "'out'");
   const char* backward = "cuda::rmsnorm_backward";
-  expect_refused([&] { cuda::rmsnorm_backward(out, weight, out, x, weight, rstd, nullptr); }, backward, "'dweight'");
+  expect_refused([&] { cuda::rmsnorm_backward(out, weight, out, x, weight, rstd, GradWrite::accumulate, nullptr); }, backward, "'dweight'");
   expect_refused([&] { cuda::rmsnorm_backward(out, dweight, device_view(DType::F32, {4, 128}), x, weight, rstd,
-                                              nullptr); },
+                                              GradWrite::accumulate, nullptr); },
                  backward, "'dout'");
-  expect_refused([&] { cuda::rmsnorm_backward(out, dweight, out, x, weight, device_view(DType::F32, {5}), nullptr); },
+  expect_refused([&] { cuda::rmsnorm_backward(out, dweight, out, x, weight, device_view(DType::F32, {5}),
+                                              GradWrite::overwrite, nullptr); },
                  backward, "'rstd'");
   const Tensor wide = device_view(DType::F32, {1, 20000}), wide_weight = device_view(DType::F32, {20000});
   const Tensor one_rstd = device_view(DType::F32, {1});
-  expect_refused([&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, one_rstd, nullptr); },
+  expect_refused([&] { cuda::rmsnorm_backward(wide, wide_weight, wide, wide, wide_weight, one_rstd,
+                                              GradWrite::accumulate, nullptr); },
                  backward, "20000");
   expect_refused([&] { cuda::rmsnorm_forward(wide, one_rstd, wide, wide_weight, 1e-6f, nullptr); }, forward, "20000");
 }
@@ -486,13 +498,16 @@ struct QkShape {
   int64_t tokens;
   int heads, kv_heads, head_dim;
 };
-// Qwen3-0.6B at decode sizes (64 and 256 tokens) and alone; head_dim 6 takes the
-// one-element path with one-lane teams, 512 (the widest) a whole warp per head.
-constexpr QkShape kQkShapes[] = {{1, 16, 8, 128}, {64, 16, 8, 128}, {256, 16, 8, 128},
+// Qwen3-0.6B at decode sizes (64 and 256 tokens), alone and at a training sequence's 1024
+// tokens; head_dim 6 takes the one-element path with one-lane teams, 512 (the widest) a
+// whole warp per head.
+constexpr QkShape kQkShapes[] = {{1, 16, 8, 128}, {64, 16, 8, 128}, {256, 16, 8, 128}, {1024, 16, 8, 128},
                                  {3, 2, 1, 6},    {5, 4, 2, 64},    {3, 2, 2, 512}};
 
 // With qk_norm weights and without (rope alone); then in place, as the engine rotates q
 // and k of a model without qk_norm, which must give the same bits as into other buffers.
+// With the weights, the first call also keeps each head's rstd (as the trainer does) and
+// the in-place call keeps none (as the engine does).
 TEST_F(GpuPointwise, QkNormRopeMatchesCpuAlsoInPlace) {
   for (DType dtype : kDataTypes) {
     for (const auto& [T, H, KV, D] : kQkShapes) {
@@ -508,14 +523,21 @@ TEST_F(GpuPointwise, QkNormRopeMatchesCpuAlsoInPlace) {
         Operand q_out(dtype, {T, H * D}, normal(T * H * D)), k_out(dtype, {T, KV * D}, normal(T * KV * D));
         const Tensor cpu_q_norm = norm ? q_norm.cpu() : Tensor{}, cpu_k_norm = norm ? k_norm.cpu() : Tensor{};
         const Tensor gpu_q_norm = norm ? q_norm.gpu() : Tensor{}, gpu_k_norm = norm ? k_norm.gpu() : Tensor{};
+        const Operand q_rstd(DType::F32, {T * H}, nans(T * H)), k_rstd(DType::F32, {T * KV}, nans(T * KV));
         cpu_.qk_norm_rope_forward(q_out.cpu(), k_out.cpu(), q.cpu(), k.cpu(), cpu_q_norm, cpu_k_norm, positions.cpu(),
-                                  freq.cpu(), H, KV, 1e-6f);
+                                  freq.cpu(), H, KV, 1e-6f, norm ? q_rstd.cpu() : Tensor{},
+                                  norm ? k_rstd.cpu() : Tensor{});
         cuda::qk_norm_rope_forward(q_out.gpu(), k_out.gpu(), q.gpu(), k.gpu(), gpu_q_norm, gpu_k_norm, positions.gpu(),
-                                   freq.gpu(), H, KV, 1e-6f, nullptr);
+                                   freq.gpu(), H, KV, 1e-6f, norm ? q_rstd.gpu() : Tensor{},
+                                   norm ? k_rstd.gpu() : Tensor{}, nullptr);
         expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
         expect_close(k_out.download(), k_out.host(), data_tolerance(dtype), what + " k");
+        if (norm) {
+          expect_close(q_rstd.download(), q_rstd.host(), kF32Sums, what + " q_rstd");
+          expect_close(k_rstd.download(), k_rstd.host(), kF32Sums, what + " k_rstd");
+        }
         cuda::qk_norm_rope_forward(q.gpu(), k.gpu(), q.gpu(), k.gpu(), gpu_q_norm, gpu_k_norm, positions.gpu(),
-                                   freq.gpu(), H, KV, 1e-6f, nullptr);
+                                   freq.gpu(), H, KV, 1e-6f, Tensor{}, Tensor{}, nullptr);
         expect_close(q.download(), q_out.download(), kExact, what + " q in place");
         expect_close(k.download(), k_out.download(), kExact, what + " k in place");
       }
@@ -579,9 +601,17 @@ TEST_F(GpuPointwise, QkNormRopeRefusesBadArguments) {
   const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
   const Tensor weight = device_view(DType::BF16, {128});
   const char* op = "cuda::qk_norm_rope_forward";
+  const Tensor q_rstd = device_view(DType::F32, {3 * 16}), k_rstd = device_view(DType::F32, {3 * 8});
   auto call = [&](const Tensor& k_in, const Tensor& q_norm, const Tensor& k_norm, const Tensor& pos, int heads) {
-    cuda::qk_norm_rope_forward(q, k_in, q, k_in, q_norm, k_norm, pos, freq, heads, 8, 1e-6f, nullptr);
+    cuda::qk_norm_rope_forward(q, k_in, q, k_in, q_norm, k_norm, pos, freq, heads, 8, 1e-6f, Tensor{}, Tensor{},
+                               nullptr);
   };
+  auto keeping = [&](const Tensor& weights, const Tensor& q_kept, const Tensor& k_kept) {
+    cuda::qk_norm_rope_forward(q, k, q, k, weights, weights, positions, freq, 16, 8, 1e-6f, q_kept, k_kept, nullptr);
+  };
+  expect_refused([&] { keeping(Tensor{}, q_rstd, k_rstd); }, op, "without q/k norm weights");
+  expect_refused([&] { keeping(weight, q_rstd, Tensor{}); }, op, "'k_rstd'");
+  expect_refused([&] { keeping(weight, k_rstd, k_rstd); }, op, "'q_rstd'");
   expect_refused([&] { call(k, weight, Tensor{}, positions, 16); }, op, "'k_norm'");
   expect_refused([&] { call(k, device_view(DType::F32, {128}), weight, positions, 16); }, op, "'q_norm'");
   expect_refused([&] { call(device_view(DType::BF16, {3, 7 * 128}), weight, weight, positions, 16); }, op, "'k'");
@@ -591,7 +621,7 @@ TEST_F(GpuPointwise, QkNormRopeRefusesBadArguments) {
       [&] {
         const Tensor wide_q = device_view(DType::BF16, {1, 2 * 1024}), wide_k = device_view(DType::BF16, {1, 1024});
         cuda::qk_norm_rope_forward(wide_q, wide_k, wide_q, wide_k, Tensor{}, Tensor{}, device_view(DType::I32, {1}),
-                                   device_view(DType::F32, {512}), 2, 1, 1e-6f, nullptr);
+                                   device_view(DType::F32, {512}), 2, 1, 1e-6f, Tensor{}, Tensor{}, nullptr);
       },
       op, "1024");
 }
@@ -634,22 +664,19 @@ TEST_F(GpuPointwise, SwigluOnStackedGateUpMatchesCpu) {
   }
 }
 
-TEST_F(GpuPointwise, SwigluBackwardAccumulatesLikeCpu) {
+// dgate and dup start as NaN: the op overwrites them without reading.
+TEST_F(GpuPointwise, SwigluBackwardOverwritesLikeCpu) {
   for (DType dtype : kDataTypes) {
     for (const auto& [N, I] : kFlatShapes) {
       const Operand gate(dtype, {N, I}, with_extremes(normal(N * I, 0.0f, 3.0f)));
       const Operand up(dtype, {N, I}, normal(N * I));
       const Operand dout(dtype, {N, I}, normal(N * I));
-      Operand dgate(dtype, {N, I}, normal(N * I)), dup(dtype, {N, I}, normal(N * I));
-      for (int call = 1; call <= 2; ++call) {
-        cpu_.swiglu_backward(dgate.cpu(), dup.cpu(), dout.cpu(), gate.cpu(), up.cpu());
-        cuda::swiglu_backward(dgate.gpu(), dup.gpu(), dout.gpu(), gate.gpu(), up.gpu(), nullptr);
-        const std::string what = label("swiglu_backward", dtype, {N, I}) + " call " + std::to_string(call);
-        expect_close(dgate.download(), dgate.host(), data_tolerance(dtype), what + " dgate");
-        expect_close(dup.download(), dup.host(), data_tolerance(dtype), what + " dup");
-        dgate.adopt_device_values();
-        dup.adopt_device_values();
-      }
+      Operand dgate(dtype, {N, I}, nans(N * I)), dup(dtype, {N, I}, nans(N * I));
+      cpu_.swiglu_backward(dgate.cpu(), dup.cpu(), dout.cpu(), gate.cpu(), up.cpu());
+      cuda::swiglu_backward(dgate.gpu(), dup.gpu(), dout.gpu(), gate.gpu(), up.gpu(), nullptr);
+      const std::string what = label("swiglu_backward", dtype, {N, I});
+      expect_close(dgate.download(), dgate.host(), data_tolerance(dtype), what + " dgate");
+      expect_close(dup.download(), dup.host(), data_tolerance(dtype), what + " dup");
     }
   }
 }

@@ -1,7 +1,8 @@
-// The fused inference ops of CpuOps (add_rmsnorm_forward, qk_norm_rope_forward) against
-// the unfused sequences they replace in the engine's forward pass: equal bit for bit, so
-// the engine gives the same tokens on the CPU either way; aliasing outputs and inputs
-// (as the engine does) changes nothing; bad arguments are refused by name.
+// The fused ops of CpuOps (add_rmsnorm_forward, qk_norm_rope_forward) against the unfused
+// sequences they replace in the engine's and the trainer's forward passes: equal bit for
+// bit (the per-head rstd the trainer keeps included), so either pass gives the same
+// results on the CPU either way; aliasing outputs and inputs (as the engine does) changes
+// nothing; bad arguments are refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,16 +91,17 @@ struct QkShape {
   int heads, kv_heads, head_dim;
 };
 
-// The engine's unfused sequence: both per-head norms, then both rotations.
-void unfused_qk(CpuOps& ops, std::vector<float>& q_out, std::vector<float>& k_out, std::vector<float>& q,
-                std::vector<float>& k, std::vector<float>* q_norm, std::vector<float>* k_norm,
-                std::vector<int32_t>& positions, std::vector<float>& freq, QkShape shape) {
+// The unfused sequence: both per-head norms (their rstd into q_rstd, k_rstd), then both
+// rotations.
+void unfused_qk(CpuOps& ops, std::vector<float>& q_out, std::vector<float>& k_out, std::vector<float>& q_rstd,
+                std::vector<float>& k_rstd, std::vector<float>& q, std::vector<float>& k, std::vector<float>* q_norm,
+                std::vector<float>* k_norm, std::vector<int32_t>& positions, std::vector<float>& freq,
+                QkShape shape) {
   const auto [T, H, KV, D] = shape;
   if (q_norm) {
-    std::vector<float> rstd(T * std::max(H, KV));
-    ops.rmsnorm_forward(per_head_rows(view(q_out, {T, H * D}), H), view(rstd, {T * H}),
+    ops.rmsnorm_forward(per_head_rows(view(q_out, {T, H * D}), H), view(q_rstd, {T * H}),
                         per_head_rows(view(q, {T, H * D}), H), view(*q_norm, {D}), 1e-6f);
-    ops.rmsnorm_forward(per_head_rows(view(k_out, {T, KV * D}), KV), view(rstd, {T * KV}),
+    ops.rmsnorm_forward(per_head_rows(view(k_out, {T, KV * D}), KV), view(k_rstd, {T * KV}),
                         per_head_rows(view(k, {T, KV * D}), KV), view(*k_norm, {D}), 1e-6f);
   } else {
     q_out = q;
@@ -117,19 +119,26 @@ TEST_F(CpuFusedOps, QkNormRopeIsPerHeadNormsThenRotationsBitForBit) {
       std::vector<float> q = normal(T * H * D, 0.0f, 2.0f), k = normal(T * KV * D, 0.0f, 2.0f);
       std::vector<float> q_norm = normal(D, 1.0f, 0.2f), k_norm = normal(D, 1.0f, 0.2f), freq = inv_freq(D);
       std::vector<int32_t> pos = positions(T);
-      std::vector<float> want_q(q.size()), want_k(k.size());
-      unfused_qk(ops_, want_q, want_k, q, k, norm ? &q_norm : nullptr, norm ? &k_norm : nullptr, pos, freq, shape);
+      std::vector<float> want_q(q.size()), want_k(k.size()), want_q_rstd(T * H), want_k_rstd(T * KV);
+      unfused_qk(ops_, want_q, want_k, want_q_rstd, want_k_rstd, q, k, norm ? &q_norm : nullptr,
+                 norm ? &k_norm : nullptr, pos, freq, shape);
 
+      // Out of place keeping each head's rstd (the trainer), then in place without (the engine).
       const Tensor q_weight = norm ? view(q_norm, {D}) : Tensor{}, k_weight = norm ? view(k_norm, {D}) : Tensor{};
-      std::vector<float> q_out(q.size()), k_out(k.size());
+      std::vector<float> q_out(q.size()), k_out(k.size()), q_rstd(T * H, NAN), k_rstd(T * KV, NAN);
       ops_.qk_norm_rope_forward(view(q_out, {T, H * D}), view(k_out, {T, KV * D}), view(q, {T, H * D}),
                                 view(k, {T, KV * D}), q_weight, k_weight, view(pos), view(freq, {D / 2}), H, KV,
-                                1e-6f);
+                                1e-6f, norm ? view(q_rstd, {T * H}) : Tensor{},
+                                norm ? view(k_rstd, {T * KV}) : Tensor{});
       expect_same_bits(q_out, want_q, "q_out");
       expect_same_bits(k_out, want_k, "k_out");
+      if (norm) {
+        expect_same_bits(q_rstd, want_q_rstd, "q_rstd");
+        expect_same_bits(k_rstd, want_k_rstd, "k_rstd");
+      }
       ops_.qk_norm_rope_forward(view(q, {T, H * D}), view(k, {T, KV * D}), view(q, {T, H * D}),
                                 view(k, {T, KV * D}), q_weight, k_weight, view(pos), view(freq, {D / 2}), H, KV,
-                                1e-6f);
+                                1e-6f, Tensor{}, Tensor{});
       expect_same_bits(q, want_q, "q in place");
       expect_same_bits(k, want_k, "k in place");
     }
@@ -142,8 +151,17 @@ TEST_F(CpuFusedOps, FusedOpsRefuseBadArguments) {
   std::vector<int32_t> pos(T);
   auto qk = [&](const Tensor& k_tensor, const Tensor& q_norm, const Tensor& k_norm, int kv_heads) {
     ops_.qk_norm_rope_forward(view(q, {T, H * D}), k_tensor, view(q, {T, H * D}), k_tensor, q_norm, k_norm, view(pos),
-                              view(freq, {D / 2}), H, kv_heads, 1e-6f);
+                              view(freq, {D / 2}), H, kv_heads, 1e-6f, Tensor{}, Tensor{});
   };
+  std::vector<float> q_rstd(T * H), k_rstd(T * KV);
+  auto keeping = [&](const Tensor& weights, const Tensor& q_kept, const Tensor& k_kept) {
+    ops_.qk_norm_rope_forward(view(q, {T, H * D}), view(k, {T, KV * D}), view(q, {T, H * D}), view(k, {T, KV * D}),
+                              weights, weights, view(pos), view(freq, {D / 2}), H, KV, 1e-6f, q_kept, k_kept);
+  };
+  expect_refused([&] { keeping(Tensor{}, view(q_rstd, {T * H}), view(k_rstd, {T * KV})); },
+                 "without q/k norm weights");
+  expect_refused([&] { keeping(view(weight, {D}), view(q_rstd, {T * H}), Tensor{}); }, "'k_rstd'");
+  expect_refused([&] { keeping(view(weight, {D}), view(k_rstd, {T * KV}), view(k_rstd, {T * KV})); }, "'q_rstd'");
   expect_refused([&] { qk(view(k, {T, KV * D}), view(weight, {D}), Tensor{}, KV); }, "'k_norm'");
   expect_refused([&] { qk(view(k, {T, KV * D}), Tensor{}, view(weight, {D}), KV); }, "'q_norm'");
   expect_refused([&] { qk(view(wrong, {T, H * D}), Tensor{}, Tensor{}, KV); }, "'k'");

@@ -158,10 +158,16 @@ int run(const Options& options) {
     };
     report("forward", median_ms(stream, options.repeat, [&] { cuda::matmul_forward(context, out_t, x_t, w_t, none); }));
     if (!l.backward) continue;
-    report("dx", median_ms(stream, options.repeat,
-                           [&] { cuda::matmul_backward(context, dx_t, none, none, dout_t, x_t, w_t); }));
-    report("dweight", median_ms(stream, options.repeat,
-                                [&] { cuda::matmul_backward(context, none, dw_t, none, dout_t, x_t, w_t); }));
+    // dx as its first writer (beta 0) and as a further branch's share (beta 1, dx read too).
+    report("dx", median_ms(stream, options.repeat, [&] {
+             cuda::matmul_backward(context, dx_t, none, none, dout_t, x_t, w_t, GradWrite::overwrite);
+           }));
+    report("dx +=", median_ms(stream, options.repeat, [&] {
+             cuda::matmul_backward(context, dx_t, none, none, dout_t, x_t, w_t, GradWrite::accumulate);
+           }));
+    report("dweight", median_ms(stream, options.repeat, [&] {
+             cuda::matmul_backward(context, none, dw_t, none, dout_t, x_t, w_t, GradWrite::accumulate);
+           }));
   }
   cuda::destroy_matmul_context(context);
   cudaStreamDestroy(stream);

@@ -27,6 +27,7 @@
 
 #include "elementwise.cuh"
 #include "embedding.cuh"
+#include "qk_norm_rope.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
@@ -196,8 +197,15 @@ int main(int argc, char** argv) try {
   const Tensor token_rstd = Tensor::view(rstd.data, DType::F32, Device::CUDA, {T});
   report.run("rmsnorm_forward", dims({T, kHidden}), 2 * T * row_bytes + T * 4.0,
              [&] { cuda::rmsnorm_forward(hidden2, token_rstd, hidden, norm_weight, 1e-6f, nullptr); });
-  report.run("rmsnorm_backward", dims({T, kHidden}), 4 * T * row_bytes + T * 4.0,
-             [&] { cuda::rmsnorm_backward(hidden3, dnorm_weight, hidden2, hidden, norm_weight, token_rstd, nullptr); });
+  // Into the residual stream's gradient (accumulated: dx is read too).
+  report.run("rmsnorm_backward", dims({T, kHidden}), 4 * T * row_bytes + T * 4.0, [&] {
+    cuda::rmsnorm_backward(hidden3, dnorm_weight, hidden2, hidden, norm_weight, token_rstd, GradWrite::accumulate,
+                           nullptr);
+  });
+  // The residual add and the next norm as the trainer's forward runs them.
+  report.run("add_rmsnorm_forward", dims({T, kHidden}), 4 * T * row_bytes + T * 4.0, [&] {
+    cuda::add_rmsnorm_forward(hidden2, token_rstd, hidden4, hidden, norm_weight, 1e-6f, nullptr);
+  });
 
   const Tensor q = gpu.make(dtype, {T, kHeads * kHeadDim}), q2 = gpu.make(dtype, {T, kHeads * kHeadDim});
   const Tensor dq = gpu.make(dtype, {T, kHeads * kHeadDim});
@@ -214,9 +222,10 @@ int main(int argc, char** argv) try {
   report.run("rmsnorm_forward k", dims({T * kKvHeads, kHeadDim}), 2 * k_bytes + T * kKvHeads * 4.0, [&] {
     cuda::rmsnorm_forward(per_head(k, kKvHeads), k_rstd, per_head(k, kKvHeads), head_weight, 1e-6f, nullptr);
   });
-  report.run("rmsnorm_backward q", dims({T * kHeads, kHeadDim}), 4 * q_bytes + T * kHeads * 4.0, [&] {
+  // The first (only) writer of d_q: dx overwritten, not read.
+  report.run("rmsnorm_backward q", dims({T * kHeads, kHeadDim}), 3 * q_bytes + T * kHeads * 4.0, [&] {
     cuda::rmsnorm_backward(per_head(dq, kHeads), dhead_weight, per_head(q2, kHeads), per_head(q, kHeads), head_weight,
-                           q_rstd, nullptr);
+                           q_rstd, GradWrite::overwrite, nullptr);
   });
 
   std::vector<int32_t> packed_positions(T);
@@ -229,6 +238,15 @@ int main(int argc, char** argv) try {
              [&] { cuda::rope_forward(k, positions, inv_freq, kKvHeads, nullptr); });
   report.run("rope_backward q", dims({T, kHeads * kHeadDim}), 2 * q_bytes,
              [&] { cuda::rope_backward(dq, positions, inv_freq, kHeads, nullptr); });
+  // The trainer's attention inputs: q and k normed and rotated out of place, each head's rstd
+  // kept (the four kernels above, rmsnorm_forward q/k and rope_forward q/k, in one).
+  const Tensor k2 = gpu.make(dtype, {T, kKvHeads * kHeadDim});
+  const Tensor q_rstd_kept = gpu.make(DType::F32, {T * kHeads}), k_rstd_kept = gpu.make(DType::F32, {T * kKvHeads});
+  report.run("qk_norm_rope_forward", dims({T, kHeads + kKvHeads, kHeadDim}),
+             2 * (q_bytes + k_bytes) + T * (kHeads + kKvHeads) * 4.0, [&] {
+               cuda::qk_norm_rope_forward(q2, k2, q, k, head_weight, head_weight, positions, inv_freq, kHeads,
+                                          kKvHeads, 1e-6f, q_rstd_kept, k_rstd_kept, nullptr);
+             });
 
   const Tensor gate = gpu.make(dtype, {T, kIntermediate}), up = gpu.make(dtype, {T, kIntermediate});
   const Tensor mlp = gpu.make(dtype, {T, kIntermediate}), dgate = gpu.make(dtype, {T, kIntermediate});
@@ -236,7 +254,7 @@ int main(int argc, char** argv) try {
   const double mlp_bytes = T * kIntermediate * s;
   report.run("swiglu_forward", dims({T, kIntermediate}), 3 * mlp_bytes,
              [&] { cuda::swiglu_forward(mlp, gate, up, nullptr); });
-  report.run("swiglu_backward", dims({T, kIntermediate}), 7 * mlp_bytes,
+  report.run("swiglu_backward", dims({T, kIntermediate}), 5 * mlp_bytes,
              [&] { cuda::swiglu_backward(dgate, dup, mlp, gate, up, nullptr); });
 
   report.run("add", dims({T, kHidden}), 3 * T * row_bytes, [&] { cuda::add(hidden4, hidden, hidden2, nullptr); });

@@ -67,6 +67,7 @@ Activations Activations::bind(const ModelConfig& config, ActivationCapacity capa
     layer.mid_rstd = carve.take(DType::F32, {T});
     layer.gate = carve.take(dtype, {T, I});
     layer.up = carve.take(dtype, {T, I});
+    layer.mlp_hidden = carve.take(dtype, {T, I});
     acts.layers.push_back(std::move(layer));
   }
   acts.output = carve.take(dtype, {T, C});
@@ -76,7 +77,6 @@ Activations Activations::bind(const ModelConfig& config, ActivationCapacity capa
   acts.normed = carve.take(dtype, {T, C});
   acts.q_rope = carve.take(dtype, {T, QD});
   acts.k_rope = carve.take(dtype, {T, KD});
-  acts.mlp_hidden = carve.take(dtype, {T, I});
   acts.d_residual = carve.take(dtype, {T, C});
   acts.d_normed = carve.take(dtype, {T, C});
   acts.d_q_rope = carve.take(dtype, {T, QD});

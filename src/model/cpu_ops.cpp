@@ -161,7 +161,7 @@ void CpuOps::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor
 }
 
 void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                              const Tensor& weight, const Tensor& rstd) {
+                              const Tensor& weight, const Tensor& rstd, GradWrite dx_write) {
   expect_f32(x, "rmsnorm_backward", "x", {kAny, kAny});
   const int64_t N = x.shape[0], D = x.shape[1];
   expect_f32(dx, "rmsnorm_backward", "dx", {N, D});
@@ -171,6 +171,7 @@ void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Ten
   expect_f32(rstd, "rmsnorm_backward", "rstd", {N});
   const float* w = weight.ptr<float>();
   const float* r = rstd.ptr<float>();
+  if (dx_write == GradWrite::overwrite) zero(dx);
   // With n = x * rstd and dn = dout * weight: dx = rstd * (dn - n * mean(dn * n)).
 #pragma omp parallel for schedule(static) if (N * D >= kCpuParallelWork)
   for (int64_t row = 0; row < N; ++row) {
@@ -236,7 +237,7 @@ void CpuOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& we
 }
 
 void CpuOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                             const Tensor& x, const Tensor& weight) {
+                             const Tensor& x, const Tensor& weight, GradWrite dx_write) {
   expect_f32(x, "matmul_backward", "x", {kAny, kAny});
   expect_f32(weight, "matmul_backward", "weight", {kAny, x.shape[1]});
   const int64_t N = x.shape[0], I = x.shape[1], O = weight.shape[0];
@@ -245,6 +246,7 @@ void CpuOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tens
   expect_f32(dout, "matmul_backward", "dout", {N, O});
   if (dbias.data) expect_f32(dbias, "matmul_backward", "dbias", {O});
   const float* g = dout.ptr<float>();
+  if (dx_write == GradWrite::overwrite) zero(dx);
   // Both products walk one operand row by row and reuse each row for kRows rows of the
   // result while it is in L1, so the streamed operand is read N/kRows (or O/kRows) times.
   constexpr int64_t kRows = 4;
@@ -275,7 +277,8 @@ void CpuOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tens
 // Per head: rmsnorm_forward then rope_forward, the unfused pieces in their order.
 void CpuOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
-                                  const Tensor& inv_freq, int heads, int kv_heads, float eps) {
+                                  const Tensor& inv_freq, int heads, int kv_heads, float eps, const Tensor& q_rstd,
+                                  const Tensor& k_rstd) {
   constexpr const char* op = "qk_norm_rope_forward";
   expect_f32(q, op, "q", {kAny, kAny});
   const int64_t T = q.shape[0], D = head_dim_of(q, heads, op);
@@ -289,18 +292,26 @@ void CpuOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, cons
     expect_f32(q_norm, op, "q_norm", {D});
     expect_f32(k_norm, op, "k_norm", {D});
   }
-  auto one = [&](const Tensor& out, const Tensor& in, const Tensor& weight, int n_heads) {
+  const bool keep_rstd = q_rstd.data || k_rstd.data;
+  if (keep_rstd) {
+    if (!norm)
+      throw std::invalid_argument("CpuOps::qk_norm_rope_forward: rstd outputs given without q/k norm weights");
+    expect_f32(q_rstd, op, "q_rstd", {T * heads});
+    expect_f32(k_rstd, op, "k_rstd", {T * kv_heads});
+  }
+  auto one = [&](const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& kept_rstd, int n_heads) {
     if (norm) {
-      std::vector<float> rstd(T * n_heads);
-      rmsnorm_forward(per_head_rows(out, n_heads), Tensor::view(rstd.data(), DType::F32, Device::CPU, {T * n_heads}),
-                      per_head_rows(in, n_heads), weight, eps);
+      std::vector<float> scratch(keep_rstd ? 0 : T * n_heads);
+      const Tensor rstd =
+          keep_rstd ? kept_rstd : Tensor::view(scratch.data(), DType::F32, Device::CPU, {T * n_heads});
+      rmsnorm_forward(per_head_rows(out, n_heads), rstd, per_head_rows(in, n_heads), weight, eps);
     } else if (out.data != in.data) {
       copy(out, in);
     }
     rope_forward(out, positions, inv_freq, n_heads);
   };
-  one(q_out, q, q_norm, heads);
-  one(k_out, k, k_norm, kv_heads);
+  one(q_out, q, q_norm, q_rstd, heads);
+  one(k_out, k, k_norm, k_rstd, kv_heads);
 }
 
 void CpuOps::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -363,6 +374,8 @@ void CpuOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor
   const int group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
+  // The sums below add into the gradients, which this op overwrites.
+  for (const Tensor* gradient : {&dq, &dk, &dv}) zero(*gradient);
   // One work item per (sequence, kv head): it owns that head's dk/dv rows and the dq rows
   // of its query group, so no two threads ever add into the same gradient.
 #pragma omp parallel for schedule(dynamic, 1) if (T * T * heads * D >= kCpuParallelWork)
@@ -426,8 +439,8 @@ void CpuOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tenso
 #pragma omp parallel for schedule(static) if (n >= kCpuParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float s = sigmoid(g[i]);
-    dgate.ptr<float>()[i] += dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-    dup.ptr<float>()[i] += dy[i] * g[i] * s;
+    dgate.ptr<float>()[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    dup.ptr<float>()[i] = dy[i] * g[i] * s;
   }
 }
 

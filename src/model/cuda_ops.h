@@ -39,19 +39,20 @@ class CudaOps final : public Ops {
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                        float eps) override;
   void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                        const Tensor& weight, const Tensor& rstd) override;
+                        const Tensor& weight, const Tensor& rstd, GradWrite dx_write) override;
   void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
                            const Tensor& weight, float eps) override;
 
   void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) override;
   void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                       const Tensor& x, const Tensor& weight) override;
+                       const Tensor& x, const Tensor& weight, GradWrite dx_write) override;
 
   void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) override;
   void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) override;
   void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                             const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                            int heads, int kv_heads, float eps) override;
+                            int heads, int kv_heads, float eps, const Tensor& q_rstd,
+                            const Tensor& k_rstd) override;
 
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& cu_seqlens, int heads, int kv_heads) override;

@@ -6,15 +6,19 @@
 // Conventions, the same in every backend:
 // - Row-major tensors; a "row" is one token. Linear weights are [out, in] as in PyTorch,
 //   so matmul_forward computes out = in · Wᵀ (+ bias).
-// - Backward ops ACCUMULATE (+=) into every gradient they write, input gradients included
-//   (llm.c's convention): a residual branch adds its share into the shared gradient buffer,
-//   and gradients of weights add up over micro-batches. The caller zeroes buffers first.
+// - Gradients of weights ACCUMULATE (+=): they add up over micro-batches; the caller zeroes
+//   them once per step. Input gradients are written as each op says: matmul_backward and
+//   rmsnorm_backward take a GradWrite for dx (a buffer that several branches feed, such as
+//   the residual stream's or q|k|v's shared d_normed, is overwritten by its first writer
+//   and added into by the others); attention_backward and swiglu_backward, the only writers
+//   of their input gradients, overwrite them. No input gradient needs zeroing first.
 // - Statistics kept for backward (RMSNorm reciprocal std, attention log-sum-exp) are FP32.
 // - Packed batches: sequences are laid end to end, with no padding; cu_seqlens (I32,
 //   sequences+1 offsets starting at 0) marks where each begins, and attention never
 //   crosses a boundary. positions (I32) restart at 0 in each sequence.
 #pragma once
 
+#include "model/grad_write.h"
 #include "tensor/tensor.h"
 
 namespace tandem {
@@ -38,7 +42,7 @@ class Ops {
   virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                                float eps) = 0;
   virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
-                                const Tensor& weight, const Tensor& rstd) = 0;
+                                const Tensor& weight, const Tensor& rstd, GradWrite dx_write) = 0;
   // The residual add and the norm after it in one pass (inference: the engine's decode
   // step, where each small kernel's start and drain cost more than its work):
   // hidden += branch, then out and rstd as rmsnorm_forward of the updated hidden [N, D].
@@ -49,21 +53,24 @@ class Ops {
   // (data == nullptr) when the layer has none.
   virtual void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) = 0;
   virtual void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                               const Tensor& x, const Tensor& weight) = 0;
+                               const Tensor& x, const Tensor& weight, GradWrite dx_write) = 0;
 
   // RoPE in place on x [T, heads*head_dim], Hugging Face's rotate_half pairing (dims i and
   // i + head_dim/2 rotate together by position * inv_freq[i]). inv_freq F32 [head_dim/2].
   // The backward pass rotates the gradient back by the same angle (in place too).
   virtual void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
   virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
-  // Attention's inputs in one pass (inference): every head of q [T, heads*head_dim] and of
-  // k [T, kv_heads*head_dim] goes through per-head RMSNorm with weight q_norm / k_norm
-  // [head_dim] (Qwen3's qk_norm), then RoPE as rope_forward, into q_out and k_out (shaped
-  // as q and k; they may alias them). Without qk_norm both weights are empty (data ==
-  // nullptr) and the op is rope_forward of q and of k. No rstd is kept.
+  // Attention's inputs in one pass: every head of q [T, heads*head_dim] and of k [T,
+  // kv_heads*head_dim] goes through per-head RMSNorm with weight q_norm / k_norm [head_dim]
+  // (Qwen3's qk_norm), then RoPE as rope_forward, into q_out and k_out (shaped as q and k;
+  // they may alias them). Without qk_norm both weights are empty (data == nullptr) and the
+  // op is rope_forward of q and of k. q_rstd F32 [T*heads] and k_rstd [T*kv_heads] receive
+  // each head's 1/rms as rmsnorm_forward's rstd when given (training keeps them for
+  // rmsnorm_backward); inference passes both empty, and they must be empty without norms.
   virtual void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                                     const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
-                                    const Tensor& inv_freq, int heads, int kv_heads, float eps) = 0;
+                                    const Tensor& inv_freq, int heads, int kv_heads, float eps,
+                                    const Tensor& q_rstd, const Tensor& k_rstd) = 0;
 
   // Causal grouped-query attention within each packed sequence, scale 1/sqrt(head_dim).
   // q, out [T, heads*head_dim]; k, v [T, kv_heads*head_dim]; lse F32 [T, heads] keeps the

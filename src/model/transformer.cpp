@@ -31,20 +31,14 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops)
 
 void Transformer::attention_inputs(const LayerParameters& p, const LayerActivations& layer, const Activations& acts) {
   const int64_t T = acts.tokens;
-  const Tensor q_rope = first_rows(acts.q_rope, T), k_rope = first_rows(acts.k_rope, T);
-  if (config_.qk_norm) {
-    const float eps = static_cast<float>(config_.rms_eps);
-    ops_.rmsnorm_forward(per_head_rows(q_rope, config_.heads), flat(first_rows(layer.q_rstd, T)),
-                         per_head_rows(first_rows(layer.q, T), config_.heads), p.q_norm, eps);
-    ops_.rmsnorm_forward(per_head_rows(k_rope, config_.kv_heads), flat(first_rows(layer.k_rstd, T)),
-                         per_head_rows(first_rows(layer.k, T), config_.kv_heads), p.k_norm, eps);
-  } else {
-    ops_.copy(q_rope, first_rows(layer.q, T));
-    ops_.copy(k_rope, first_rows(layer.k, T));
-  }
-  const Tensor positions = first_rows(acts.positions, T);
-  ops_.rope_forward(q_rope, positions, acts.inv_freq, config_.heads);
-  ops_.rope_forward(k_rope, positions, acts.inv_freq, config_.kv_heads);
+  auto rows = [T](const Tensor& t) { return first_rows(t, T); };
+  // The stored projections stay as they are (rmsnorm_backward reads them), and so does
+  // each head's rstd, which the norm writes on the way.
+  const Tensor q_rstd = config_.qk_norm ? flat(rows(layer.q_rstd)) : Tensor{};
+  const Tensor k_rstd = config_.qk_norm ? flat(rows(layer.k_rstd)) : Tensor{};
+  ops_.qk_norm_rope_forward(rows(acts.q_rope), rows(acts.k_rope), rows(layer.q), rows(layer.k), p.q_norm, p.k_norm,
+                            rows(acts.positions), acts.inv_freq, config_.heads, config_.kv_heads,
+                            static_cast<float>(config_.rms_eps), q_rstd, k_rstd);
 }
 
 Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::span<const int32_t> token_ids,
@@ -78,12 +72,15 @@ Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::
   const float eps = static_cast<float>(config_.rms_eps);
   const Tensor normed = rows(acts.normed);
   ops_.embedding_forward(rows(acts.layers[0].input), params.embed_tokens, ids);
+  ops_.rmsnorm_forward(normed, rows(acts.layers[0].input_rstd), rows(acts.layers[0].input),
+                       params.layers[0].input_norm, eps);
+  // Each residual add also applies the norm that reads its result next: one pass over
+  // the residual stream instead of two.
   for (int l = 0; l < config_.layers; ++l) {
     const LayerParameters& p = params.layers[l];
     const LayerActivations& a = acts.layers[l];
     const Tensor input = rows(a.input), mid = rows(a.mid);
 
-    ops_.rmsnorm_forward(normed, rows(a.input_rstd), input, p.input_norm, eps);
     ops_.matmul_forward(rows(a.q), normed, p.q_proj, p.q_bias);
     ops_.matmul_forward(rows(a.k), normed, p.k_proj, p.k_bias);
     ops_.matmul_forward(rows(a.v), normed, p.v_proj, p.v_bias);
@@ -91,17 +88,17 @@ Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::
     ops_.attention_forward(rows(a.attention), rows(a.lse), rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu,
                            config_.heads, config_.kv_heads);
     ops_.matmul_forward(mid, rows(a.attention), p.o_proj, Tensor{});
-    ops_.add(mid, input, mid);
+    ops_.add_rmsnorm_forward(normed, rows(a.mid_rstd), mid, input, p.post_attention_norm, eps);
 
-    ops_.rmsnorm_forward(normed, rows(a.mid_rstd), mid, p.post_attention_norm, eps);
     ops_.matmul_forward(rows(a.gate), normed, p.gate_proj, Tensor{});
     ops_.matmul_forward(rows(a.up), normed, p.up_proj, Tensor{});
-    ops_.swiglu_forward(rows(acts.mlp_hidden), rows(a.gate), rows(a.up));
-    const Tensor next = rows(l + 1 < config_.layers ? acts.layers[l + 1].input : acts.output);
-    ops_.matmul_forward(next, rows(acts.mlp_hidden), p.down_proj, Tensor{});
-    ops_.add(next, mid, next);
+    ops_.swiglu_forward(rows(a.mlp_hidden), rows(a.gate), rows(a.up));
+    const bool last = l + 1 == config_.layers;
+    const Tensor next = rows(last ? acts.output : acts.layers[l + 1].input);
+    ops_.matmul_forward(next, rows(a.mlp_hidden), p.down_proj, Tensor{});
+    ops_.add_rmsnorm_forward(normed, rows(last ? acts.output_rstd : acts.layers[l + 1].input_rstd), next, mid,
+                             last ? params.final_norm : params.layers[l + 1].input_norm, eps);
   }
-  ops_.rmsnorm_forward(normed, rows(acts.output_rstd), rows(acts.output), params.final_norm, eps);
   const Tensor logits = rows(acts.logits);
   ops_.matmul_forward(logits, normed, params.lm_head, Tensor{});
   return logits;
@@ -123,12 +120,12 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
 
   // LM head and final norm; d_residual then carries dLoss/dh down the residual stream,
   // each sublayer adding its branch's share through rmsnorm_backward.
+  // The first writer of each input gradient overwrites it, the others add (no memsets).
+  constexpr GradWrite overwrite = GradWrite::overwrite, accumulate = GradWrite::accumulate;
   ops_.rmsnorm_forward(normed, rows(acts.output_rstd), rows(acts.output), params.final_norm, eps);
-  ops_.zero(d_normed);
-  ops_.matmul_backward(d_normed, grads.lm_head, Tensor{}, dlogits, normed, params.lm_head);
-  ops_.zero(d_residual);
+  ops_.matmul_backward(d_normed, grads.lm_head, Tensor{}, dlogits, normed, params.lm_head, overwrite);
   ops_.rmsnorm_backward(d_residual, grads.final_norm, d_normed, rows(acts.output), params.final_norm,
-                        rows(acts.output_rstd));
+                        rows(acts.output_rstd), overwrite);
 
   for (int l = config_.layers - 1; l >= 0; --l) {
     const LayerParameters& p = params.layers[l];
@@ -138,26 +135,19 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
 
     // MLP branch.
     ops_.rmsnorm_forward(normed, rows(a.mid_rstd), mid, p.post_attention_norm, eps);
-    ops_.swiglu_forward(rows(acts.mlp_hidden), rows(a.gate), rows(a.up));
-    ops_.zero(rows(acts.d_mlp_hidden));
-    ops_.matmul_backward(rows(acts.d_mlp_hidden), g.down_proj, Tensor{}, d_residual, rows(acts.mlp_hidden),
-                         p.down_proj);
-    ops_.zero(rows(acts.d_gate));
-    ops_.zero(rows(acts.d_up));
+    ops_.matmul_backward(rows(acts.d_mlp_hidden), g.down_proj, Tensor{}, d_residual, rows(a.mlp_hidden),
+                         p.down_proj, overwrite);
     ops_.swiglu_backward(rows(acts.d_gate), rows(acts.d_up), rows(acts.d_mlp_hidden), rows(a.gate), rows(a.up));
-    ops_.zero(d_normed);
-    ops_.matmul_backward(d_normed, g.gate_proj, Tensor{}, rows(acts.d_gate), normed, p.gate_proj);
-    ops_.matmul_backward(d_normed, g.up_proj, Tensor{}, rows(acts.d_up), normed, p.up_proj);
-    ops_.rmsnorm_backward(d_residual, g.post_attention_norm, d_normed, mid, p.post_attention_norm, rows(a.mid_rstd));
+    ops_.matmul_backward(d_normed, g.gate_proj, Tensor{}, rows(acts.d_gate), normed, p.gate_proj, overwrite);
+    ops_.matmul_backward(d_normed, g.up_proj, Tensor{}, rows(acts.d_up), normed, p.up_proj, accumulate);
+    ops_.rmsnorm_backward(d_residual, g.post_attention_norm, d_normed, mid, p.post_attention_norm, rows(a.mid_rstd),
+                          accumulate);
 
     // Attention branch.
-    ops_.zero(rows(acts.d_attention));
-    ops_.matmul_backward(rows(acts.d_attention), g.o_proj, Tensor{}, d_residual, rows(a.attention), p.o_proj);
+    ops_.matmul_backward(rows(acts.d_attention), g.o_proj, Tensor{}, d_residual, rows(a.attention), p.o_proj,
+                         overwrite);
     attention_inputs(p, a, acts);
     const Tensor d_q_rope = rows(acts.d_q_rope), d_k_rope = rows(acts.d_k_rope), d_v = rows(acts.d_v);
-    ops_.zero(d_q_rope);
-    ops_.zero(d_k_rope);
-    ops_.zero(d_v);
     ops_.attention_backward(d_q_rope, d_k_rope, d_v, rows(acts.d_attention), rows(a.attention), rows(a.lse),
                             rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu, H, KV);
     ops_.rope_backward(d_q_rope, positions, acts.inv_freq, H);
@@ -166,19 +156,16 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
     if (config_.qk_norm) {
       d_q = rows(acts.d_q);
       d_k = rows(acts.d_k);
-      ops_.zero(d_q);
-      ops_.zero(d_k);
       ops_.rmsnorm_backward(per_head_rows(d_q, H), g.q_norm, per_head_rows(d_q_rope, H), per_head_rows(rows(a.q), H),
-                            p.q_norm, flat(rows(a.q_rstd)));
+                            p.q_norm, flat(rows(a.q_rstd)), overwrite);
       ops_.rmsnorm_backward(per_head_rows(d_k, KV), g.k_norm, per_head_rows(d_k_rope, KV),
-                            per_head_rows(rows(a.k), KV), p.k_norm, flat(rows(a.k_rstd)));
+                            per_head_rows(rows(a.k), KV), p.k_norm, flat(rows(a.k_rstd)), overwrite);
     }
     ops_.rmsnorm_forward(normed, rows(a.input_rstd), input, p.input_norm, eps);
-    ops_.zero(d_normed);
-    ops_.matmul_backward(d_normed, g.q_proj, g.q_bias, d_q, normed, p.q_proj);
-    ops_.matmul_backward(d_normed, g.k_proj, g.k_bias, d_k, normed, p.k_proj);
-    ops_.matmul_backward(d_normed, g.v_proj, g.v_bias, d_v, normed, p.v_proj);
-    ops_.rmsnorm_backward(d_residual, g.input_norm, d_normed, input, p.input_norm, rows(a.input_rstd));
+    ops_.matmul_backward(d_normed, g.q_proj, g.q_bias, d_q, normed, p.q_proj, overwrite);
+    ops_.matmul_backward(d_normed, g.k_proj, g.k_bias, d_k, normed, p.k_proj, accumulate);
+    ops_.matmul_backward(d_normed, g.v_proj, g.v_bias, d_v, normed, p.v_proj, accumulate);
+    ops_.rmsnorm_backward(d_residual, g.input_norm, d_normed, input, p.input_norm, rows(a.input_rstd), accumulate);
   }
   ops_.embedding_backward(grads.embed_tokens, d_residual, rows(acts.token_ids));
 }

@@ -73,7 +73,7 @@ void CpuPagedAttention::store_qkv(const Tensor& q_out, const Tensor& key_cache, 
   }
   const Tensor k_rows = Tensor::view(k.data(), DType::F32, kCpu, {T, KD});
   CpuOps().qk_norm_rope_forward(q_out, k_rows, Tensor::view(q.data(), DType::F32, kCpu, {T, QD}), k_rows, q_norm,
-                                k_norm, positions, inv_freq, heads, kv_heads, eps);
+                                k_norm, positions, inv_freq, heads, kv_heads, eps, Tensor{}, Tensor{});
   store(key_cache, value_cache, k_rows, Tensor::view(v.data(), DType::F32, kCpu, {T, KD}), slots);
 }
 

@@ -153,7 +153,8 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
       ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
       q_in = config_.qk_norm ? rows(s.q_normed) : q;
       const Tensor k_in = config_.qk_norm ? rows(s.k_normed) : k;
-      ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps);
+      ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
+                                Tensor{});
       attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
     }
     attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);

@@ -52,7 +52,13 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = row / heads_per_token;
   const int h = static_cast<int>(row % heads_per_token);
   const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
-  const HeadGroup<T>& g = group == 0 ? q : group == 1 ? k : v;
+  // The group's fields picked one by one: a reference to one of the three parameter
+  // structs would copy them to the stack (200 bytes of local memory a thread).
+  const auto pick = [group](auto a, auto b, auto c) { return group == 0 ? a : group == 1 ? b : c; };
+  const HeadGroup<T> g{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
+                       pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
+                       pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
+                       pick(q.rstd, k.rstd, v.rstd)};
   const int j = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);
   int64_t out_row = t;
   if (g.to_slots) {

@@ -33,12 +33,15 @@ struct HeadGroup {
   float* rstd = nullptr;  // each head's 1/rms, at t * (the group's heads) + j, or null (not kept)
 };
 
-// One head of one token per team of S lanes (a power of two up to a warp): row r of the
-// tokens·(heads + kv_heads + v_heads) rows is token r / (heads + kv_heads + v_heads),
-// q's heads first, then k's, then v's (none when v_heads is 0). Lane i holds packs i,
-// i + S, ... of the first half and the same packs of the second half: the dims that rotate
-// together, so only the norm's sum crosses lanes. Every thread computes its own angles: a
-// head's sincosf are cheap next to a launch.
+// Heads of one token handled one after another by a team: the rotation's angles depend on
+// the token and the dim alone, so the team's sincosf serve every head it handles.
+constexpr int kHeadsPerTeam = 4;
+
+// kHeadsPerTeam consecutive heads of one token per team of S lanes (a power of two up to a
+// warp): the heads of token t are q's, then k's, then v's (none when v_heads is 0), and
+// row r of the tokens·runs rows is token r / runs, heads from (r % runs)·kHeadsPerTeam on.
+// Lane i holds packs i, i + S, ... of the first half and the same packs of the second
+// half: the dims that rotate together, so only the norm's sum crosses lanes.
 template <class T, int N, int S, bool Norm>
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const int32_t* slots, int64_t slot_rows,
@@ -46,86 +49,98 @@ __global__ void __launch_bounds__(kThreads)
                         int v_heads, int half, float eps) {
   constexpr int L = kPairsPerLane<N>;
   const int heads_per_token = heads + kv_heads + v_heads;
+  const int runs = (heads_per_token + kHeadsPerTeam - 1) / kHeadsPerTeam;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / S) + threadIdx.x / S;
-  if (row >= tokens * heads_per_token) return;  // the whole team, so no lane waits in its sum
+  if (row >= tokens * runs) return;  // the whole team, so no lane waits in its sum
   const int lane = threadIdx.x % S;
-  const int64_t t = row / heads_per_token;
-  const int h = static_cast<int>(row % heads_per_token);
-  const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
-  // The group's fields picked one by one: a reference to one of the three parameter
-  // structs would copy them to the stack (200 bytes of local memory a thread).
-  const auto pick = [group](auto a, auto b, auto c) { return group == 0 ? a : group == 1 ? b : c; };
-  const HeadGroup<T> g{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
-                       pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
-                       pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
-                       pick(q.rstd, k.rstd, v.rstd)};
-  const int j = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);
-  int64_t out_row = t;
-  if (g.to_slots) {
-    out_row = slots[t];
-    if (out_row < 0 || out_row >= slot_rows) return;
-  }
-  const T* in = g.in + t * g.in_stride + j * 2 * half;
-  T* out = g.out + out_row * g.out_stride + j * 2 * half;
+  const int64_t t = row / runs;
+  const int first = static_cast<int>(row % runs) * kHeadsPerTeam;
+  const int last = min(first + kHeadsPerTeam, heads_per_token);
   const int packs = half / N;
-  float x1[L][N], x2[L][N];
-#pragma unroll
-  for (int i = 0; i < L; ++i) {
-    const int p = lane + i * S;
-    if (p >= packs) continue;
-    load<N>(in + p * N, x1[i]);
-    load<N>(in + half + p * N, x2[i]);
-  }
-  if (group == 2) {  // values: stored as they are
+  // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
+  float cosine[L][N], sine[L][N];
+  if (first < heads + kv_heads) {
+    const float position = static_cast<float>(positions[t]);
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
       if (p >= packs) continue;
-      store<N>(out + p * N, x1[i]);
-      store<N>(out + half + p * N, x2[i]);
+#pragma unroll
+      for (int e = 0; e < N; ++e) sincosf(position * inv_freq[p * N + e], &sine[i][e], &cosine[i][e]);
     }
-    return;
   }
-  if constexpr (Norm) {
-    float sum = 0;
-#pragma unroll
-    for (int i = 0; i < L; ++i) {
-      if (lane + i * S >= packs) continue;
-#pragma unroll
-      for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
+  for (int h = first; h < last; ++h) {
+    const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
+    // The group's fields picked one by one: a reference to one of the three parameter
+    // structs would copy them to the stack (200 bytes of local memory a thread).
+    const auto pick = [group](auto a, auto b, auto c) { return group == 0 ? a : group == 1 ? b : c; };
+    const HeadGroup<T> g{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
+                         pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
+                         pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
+                         pick(q.rstd, k.rstd, v.rstd)};
+    const int j = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);
+    int64_t out_row = t;
+    if (g.to_slots) {
+      out_row = slots[t];
+      if (out_row < 0 || out_row >= slot_rows) continue;
     }
-    const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
-    if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + j] = r;
+    const T* in = g.in + t * g.in_stride + j * 2 * half;
+    T* out = g.out + out_row * g.out_stride + j * 2 * half;
+    float x1[L][N], x2[L][N];
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
       if (p >= packs) continue;
-      float w1[N], w2[N];
-      load<N>(g.weight + p * N, w1);
-      load<N>(g.weight + half + p * N, w2);
+      load<N>(in + p * N, x1[i]);
+      load<N>(in + half + p * N, x2[i]);
+    }
+    if (group == 2) {  // values: stored as they are
 #pragma unroll
-      for (int e = 0; e < N; ++e) {
-        x1[i][e] = w1[e] * (x1[i][e] * r);
-        x2[i][e] = w2[e] * (x2[i][e] * r);
+      for (int i = 0; i < L; ++i) {
+        const int p = lane + i * S;
+        if (p >= packs) continue;
+        store<N>(out + p * N, x1[i]);
+        store<N>(out + half + p * N, x2[i]);
+      }
+      continue;
+    }
+    if constexpr (Norm) {
+      float sum = 0;
+#pragma unroll
+      for (int i = 0; i < L; ++i) {
+        if (lane + i * S >= packs) continue;
+#pragma unroll
+        for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
+      }
+      const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
+      if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + j] = r;
+#pragma unroll
+      for (int i = 0; i < L; ++i) {
+        const int p = lane + i * S;
+        if (p >= packs) continue;
+        float w1[N], w2[N];
+        load<N>(g.weight + p * N, w1);
+        load<N>(g.weight + half + p * N, w2);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          x1[i][e] = w1[e] * (x1[i][e] * r);
+          x2[i][e] = w2[e] * (x2[i][e] * r);
+        }
       }
     }
-  }
-  // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
-  const float position = static_cast<float>(positions[t]);
 #pragma unroll
-  for (int i = 0; i < L; ++i) {
-    const int p = lane + i * S;
-    if (p >= packs) continue;
-    float y1[N], y2[N];
+    for (int i = 0; i < L; ++i) {
+      const int p = lane + i * S;
+      if (p >= packs) continue;
+      float y1[N], y2[N];
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      float sine, cosine;
-      sincosf(position * inv_freq[p * N + e], &sine, &cosine);
-      y1[e] = x1[i][e] * cosine - x2[i][e] * sine;
-      y2[e] = x2[i][e] * cosine + x1[i][e] * sine;
+      for (int e = 0; e < N; ++e) {
+        y1[e] = x1[i][e] * cosine[i][e] - x2[i][e] * sine[i][e];
+        y2[e] = x2[i][e] * cosine[i][e] + x1[i][e] * sine[i][e];
+      }
+      store<N>(out + p * N, y1);
+      store<N>(out + half + p * N, y2);
     }
-    store<N>(out + p * N, y1);
-    store<N>(out + half + p * N, y2);
   }
 }
 
@@ -136,7 +151,7 @@ template <class E>
 void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<E>& v, const int32_t* slots,
                   int64_t slot_rows, const Tensor& positions, const Tensor& inv_freq, int64_t T, int heads,
                   int kv_heads, int v_heads, int half, float eps, cudaStream_t stream) {
-  const int64_t rows = T * (heads + kv_heads + v_heads);
+  const int64_t rows = T * ((heads + kv_heads + v_heads + kHeadsPerTeam - 1) / kHeadsPerTeam);
   const bool norm = q.weight || k.weight;
   auto launch = [&](auto pack, auto with_norm) {
     constexpr int P = decltype(pack)::value, L = kPairsPerLane<P>;

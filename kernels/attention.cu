@@ -188,46 +188,40 @@ __global__ void __launch_bounds__(kScalarThreads)
 }
 
 // ---------------------------------------------------------------------------------------
-// Tensor-core path (BF16). A block holds a tile of query rows (forward, dq) or key rows
-// (dk/dv) and streams the other side through shared memory, double-buffered with
-// cp.async. Each of the 4 warps owns consecutive rows of the block's tile, so every row
-// statistic and accumulator stays in that warp's registers.
-//
-// A warp of the forward and dq kernels owns 32 rows, two m16 tiles, and feeds each
-// operand it reads from shared memory to two products: with one tile a warp those kernels
-// were bound by latency at 2 warps a scheduler (ncu: 4.1 cycles an instruction, tensor
-// pipe 29% busy). The dk/dv kernel keeps 16 rows a warp: its two D-wide accumulators would
-// not fit in registers twice.
+// Tensor-core path (BF16). A block holds a tile of 64 query rows (forward, dq) or 64 key
+// rows (dk/dv) and streams the other side through shared memory in tiles of 64 rows,
+// double-buffered with cp.async. Each of the 4 warps owns 16 of the block's rows, so every
+// row statistic and accumulator stays in that warp's registers.
 // Fragment layout and the PTX wrappers: mma.cuh.
 
-constexpr int kWarps = 4;
+constexpr int kTile = 64;
+constexpr int kWarps = kTile / 16;
 constexpr int kThreads = kWarps * 32;
 
-template <int D, int Rows>
+template <int D>
 struct TileLayout {
   static constexpr int stride = kPaddedStride<D>;
-  static constexpr int elements = Rows * stride;
+  static constexpr int elements = kTile * stride;
   static constexpr int bytes = elements * 2;
 };
 
-// Rows [0, rows) of a Rows × D tile, `row_stride` elements apart in global memory, into
+// Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
 // shared memory; rows past `rows` are zeroed so that they add nothing to any product.
-template <int D, int Rows>
+template <int D>
 __device__ void load_tile(bf16* tile, const bf16* src, int64_t row_stride, int rows) {
   constexpr int chunks = D / 8;
-  for (int c = threadIdx.x; c < Rows * chunks; c += kThreads) {
+  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
     const int row = c / chunks, col = (c % chunks) * 8;
     const bool inside = row < rows;
-    copy_async_16(tile + row * kPaddedStride<D> + col, inside ? src + row * row_stride + col : src, inside);
+    copy_async_16(tile + row * TileLayout<D>::stride + col, inside ? src + row * row_stride + col : src, inside);
   }
 }
 
-// A 16×N FP32 accumulator row of tiles rounded to BF16 A operands, one per 16 columns:
-// tiles 2i and 2i+1 are exactly the A operand of a product over those columns.
-template <int N>
-__device__ inline void as_a_operands(unsigned (&a)[N / 16][4], const float (&tiles)[N / 8][4]) {
+// The warp's 16×kTile FP32 accumulator tiles rounded to BF16 A operands, one per 16
+// columns: tiles 2i and 2i+1 are exactly the A operand of a product over those columns.
+__device__ inline void as_a_operands(unsigned (&a)[kTile / 16][4], const float (&tiles)[kTile / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
+  for (int kk = 0; kk < kTile / 16; ++kk) {
     a[kk][0] = pack_bf16(tiles[2 * kk][0], tiles[2 * kk][1]);
     a[kk][1] = pack_bf16(tiles[2 * kk][2], tiles[2 * kk][3]);
     a[kk][2] = pack_bf16(tiles[2 * kk + 1][0], tiles[2 * kk + 1][1]);
@@ -235,52 +229,44 @@ __device__ inline void as_a_operands(unsigned (&a)[N / 16][4], const float (&til
   }
 }
 
-// acc[m][N/8 tiles] = rows a_row0 + 16m .. +16 of `a_tile` times the N rows of `b_tile`,
-// both D wide: A·Bᵀ with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ). Each
-// B operand is loaded once for all M row tiles.
-template <int D, int M, int N>
-__device__ inline void multiply_rows(float (&acc)[M][N / 8][4], const bf16* a_tile, int a_row0, const bf16* b_tile,
+// acc[kTile/8 tiles] = this warp's 16 rows of `a_tile` times the kTile rows of `b_tile`,
+// both D wide: A·Bᵀ with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ).
+template <int D>
+__device__ inline void multiply_rows(float (&acc)[kTile / 8][4], const bf16* a_tile, int a_row0, const bf16* b_tile,
                                      int lane) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    unsigned a[M][4];
+    unsigned a[4];
+    load_a<D>(a, a_tile, a_row0, kk * 16, lane);
 #pragma unroll
-    for (int m = 0; m < M; ++m) load_a<D>(a[m], a_tile, a_row0 + 16 * m, kk * 16, lane);
-#pragma unroll
-    for (int n = 0; n < N / 16; ++n) {
+    for (int n = 0; n < kTile / 16; ++n) {
       unsigned b[4];
       load_b_rows_n<D>(b, b_tile, n * 16, kk * 16, lane);
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        mma(acc[m][2 * n], a[m], b[0], b[1]);
-        mma(acc[m][2 * n + 1], a[m], b[2], b[3]);
-      }
+      mma(acc[2 * n], a, b[0], b[1]);
+      mma(acc[2 * n + 1], a, b[2], b[3]);
     }
   }
 }
 
-// acc[m][D/8 tiles] += the warp's M × 16×N weights (A operands from as_a_operands) times
-// the N × D tile `rows` (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
-template <int D, int M, int N>
-__device__ inline void accumulate_product(float (&acc)[M][D / 8][4], const unsigned (&weights)[M][N / 16][4],
+// acc[D/8 tiles] += the warp's 16×kTile weights (A operands from as_a_operands) times
+// the kTile × D tile `rows` (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
+template <int D>
+__device__ inline void accumulate_product(float (&acc)[D / 8][4], const unsigned (&weights)[kTile / 16][4],
                                           const bf16* rows, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
+  for (int kk = 0; kk < kTile / 16; ++kk) {
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) {
       unsigned b[4];
       load_b_rows_k<D>(b, rows, kk * 16, n * 16, lane);
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        mma(acc[m][2 * n], weights[m][kk], b[0], b[1]);
-        mma(acc[m][2 * n + 1], weights[m][kk], b[2], b[3]);
-      }
+      mma(acc[2 * n], weights[kk], b[0], b[1]);
+      mma(acc[2 * n + 1], weights[kk], b[2], b[3]);
     }
   }
 }
 
-// acc (16 rows × D) written to `dst` rows starting at `first` (rows >= `rows` are outside
-// the sequence and skipped): the backward ops' only write of a gradient row.
+// acc (this warp's 16 rows × D) written to `dst` rows starting at `first` (rows >= `rows`
+// are outside the sequence and skipped): the backward ops' only write of a gradient row.
 template <int D>
 __device__ inline void store_rows(bf16* dst, int64_t row_stride, int rows, int first, const float (&acc)[D / 8][4],
                                   int lane) {
@@ -310,23 +296,16 @@ __device__ inline float dot8(const bf16* a, const bf16* b) {
   return sum;
 }
 
-// The accumulator element i of tile `tile` (8 columns each) of a warp's m16 tile: its row
-// within the 16 and its column.
-__device__ inline int fragment_row(int lane, int i) { return lane / 4 + 8 * (i / 2); }
-__device__ inline int fragment_column(int lane, int tile, int i) { return tile * 8 + 2 * (lane % 4) + i % 2; }
-
 struct SequenceTile {
   int start;   // first token of the sequence
   int length;  // its tokens
   int tile;    // the block's tile within it, in launch order
-  int tiles;   // the sequence's tiles of Rows rows
+  int tiles;   // the sequence's tiles of kTile rows
 };
 
-// Maps a flat block index onto (sequence, tile of Rows tokens) from cu_seqlens on the
-// device: the grid is an upper bound on the tile count (the host does not read
-// cu_seqlens), and blocks past the last tile get false. Warp 0 scans 32 sequences at a
-// time; all threads get the answer.
-template <int Rows>
+// Maps a flat block index onto (sequence, tile) from cu_seqlens on the device: the grid
+// is an upper bound on the tile count (the host does not read cu_seqlens), and blocks past
+// the last tile get false. Warp 0 scans 32 sequences at a time; all threads get the answer.
 __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tokens, int index, SequenceTile& found) {
   __shared__ SequenceTile slot;
   __shared__ bool hit;
@@ -341,7 +320,7 @@ __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tok
         start = min(max(cu_seqlens[s], 0), tokens);
         length = min(max(cu_seqlens[s + 1], start), tokens) - start;
       }
-      const int tiles = (length + Rows - 1) / Rows;
+      const int tiles = (length + kTile - 1) / kTile;
       int through = tiles;  // inclusive prefix sum over the lanes
 #pragma unroll
       for (int offset = 1; offset < 32; offset <<= 1) {
@@ -361,183 +340,153 @@ __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tok
   return hit;
 }
 
-// Forward: 128 queries a block (32 a warp) against key tiles of 64.
-constexpr int kForwardRows = 128, kForwardKeys = 32;
+template <int D>
+constexpr int forward_shared_bytes = 5 * TileLayout<D>::bytes;  // Q, K and V twice
 
 template <int D>
-constexpr int forward_shared_bytes =
-    TileLayout<D, kForwardRows>::bytes + 4 * TileLayout<D, kForwardKeys>::bytes;  // Q; K and V twice
-
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads)
     forward_tiles(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const int* cu_seqlens,
                   Geometry geo) {
-  constexpr int Rows = kForwardRows, Keys = kForwardKeys, M = Rows / kWarps / 16;
   extern __shared__ __align__(16) unsigned char shared[];
   SequenceTile where;
-  if (!find_sequence_tile<Rows>(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
   // A sequence's last tile sees the most keys: launch it first.
-  const int q0 = (where.tiles - 1 - where.tile) * Rows;
+  const int q0 = (where.tiles - 1 - where.tile) * kTile;
   const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warp_row0 = warp * 16 * M, first_row = q0 + warp_row0, last_row = first_row + 16 * M - 1;
   const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
-  const int key_end = min(q0 + Rows, where.length);  // the tile's last query sees keys below this
-  const int key_tiles = (key_end + Keys - 1) / Keys;
+  const int key_end = min(q0 + kTile, where.length);  // the tile's last query sees keys below this
+  const int key_tiles = (key_end + kTile - 1) / kTile;
   const float scale_log2 = geo.scale * kLog2e;
 
-  constexpr int key_elements = TileLayout<D, Keys>::elements;
+  constexpr int elements = TileLayout<D>::elements;
   bf16* q_tile = reinterpret_cast<bf16*>(shared);
-  bf16* k_tiles = q_tile + TileLayout<D, Rows>::elements;
-  bf16* v_tiles = k_tiles + 2 * key_elements;
+  bf16* k_tiles = q_tile + elements;
+  bf16* v_tiles = k_tiles + 2 * elements;
   const bf16* q_src = q + (where.start + q0) * q_stride + h * D;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
-  load_tile<D, Rows>(q_tile, q_src, q_stride, key_end - q0);
-  load_tile<D, Keys>(k_tiles, k_src, kv_stride, min(Keys, key_end));
-  load_tile<D, Keys>(v_tiles, v_src, kv_stride, min(Keys, key_end));
+  load_tile<D>(q_tile, q_src, q_stride, key_end - q0);
+  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
-  float o[M][D / 8][4] = {};
-  // Per row (g and g+8 of each of the warp's m16 tiles): running max of the scores in log2
-  // units and this lane's share of the running sum of exponentials.
-  float row_max[M][2], row_sum[M][2];
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-    for (int half = 0; half < 2; ++half) row_max[m][half] = -INFINITY, row_sum[m][half] = 0.f;
+  float o[D / 8][4] = {};
+  // Per row (g and g+8 of the warp's 16): running max of the scores in log2 units and this
+  // lane's share of the running sum of exponentials.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   for (int n = 0; n < key_tiles; ++n) {
-    const int stage = n & 1, key0 = n * Keys;
+    const int stage = n & 1, key0 = n * kTile;
     if (n + 1 < key_tiles) {
-      const int next = key0 + Keys;
-      load_tile<D, Keys>(k_tiles + (stage ^ 1) * key_elements, k_src + next * kv_stride, kv_stride,
-                         min(Keys, key_end - next));
-      load_tile<D, Keys>(v_tiles + (stage ^ 1) * key_elements, v_src + next * kv_stride, kv_stride,
-                         min(Keys, key_end - next));
+      const int next = key0 + kTile;
+      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
       copy_async_commit();
       copy_async_wait<1>();
     } else {
       copy_async_wait<0>();
     }
     __syncthreads();
-    // Keys wholly after the warp's rows add nothing to them (the diagonal tiles of the
-    // warps above). Tile 0 holds key 0, which every row sees, so each warp's row_max is
-    // finite from its first tile on and exp2(row_max_old - row_max_new) never meets inf - inf.
-    if (key0 <= last_row) {
-      float s[M][Keys / 8][4] = {};
-      multiply_rows<D, M, Keys>(s, q_tile, warp_row0, k_tiles + stage * key_elements, lane);
-      if (key0 + Keys - 1 > first_row) {  // the tile reaches past the diagonal: hide future keys
+    float s[kTile / 8][4] = {};
+    multiply_rows<D>(s, q_tile, warp * 16, k_tiles + stage * elements, lane);
+    if (key0 + kTile - 1 > q0) {  // the tile reaches past the diagonal: hide future keys
 #pragma unroll
-        for (int m = 0; m < M; ++m)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-          for (int nt = 0; nt < Keys / 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              if (key0 + fragment_column(lane, nt, i) > first_row + 16 * m + fragment_row(lane, i))
-                s[m][nt][i] = -INFINITY;
-      }
-      // Online softmax.
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float tile_max = row_max[m][half];
-#pragma unroll
-          for (int nt = 0; nt < Keys / 8; ++nt)
-            tile_max = fmaxf(tile_max, fmaxf(s[m][nt][2 * half], s[m][nt][2 * half + 1]) * scale_log2);
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-          tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
-          const float correction = exp2f(row_max[m][half] - tile_max);
-          row_max[m][half] = tile_max;
-          float sum = 0;
-#pragma unroll
-          for (int nt = 0; nt < Keys / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float p = exp2f(fmaf(s[m][nt][2 * half + e], scale_log2, -tile_max));
-              s[m][nt][2 * half + e] = p;
-              sum += p;
-            }
-          row_sum[m][half] = row_sum[m][half] * correction + sum;
-#pragma unroll
-          for (int n8 = 0; n8 < D / 8; ++n8) {
-            o[m][n8][2 * half] *= correction;
-            o[m][n8][2 * half + 1] *= correction;
-          }
+        for (int i = 0; i < 4; ++i) {
+          const int row = q0 + warp * 16 + lane / 4 + 8 * (i / 2), key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+          if (key > row) s[nt][i] = -INFINITY;
         }
-      unsigned p[M][Keys / 16][4];
-#pragma unroll
-      for (int m = 0; m < M; ++m) as_a_operands<Keys>(p[m], s[m]);
-      accumulate_product<D, M, Keys>(o, p, v_tiles + stage * key_elements, lane);
     }
+    // Online softmax. Tile 0 holds key 0, which every row sees, so row_max is finite from
+    // the first tile on and exp2(row_max_old - row_max_new) never meets inf - inf.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = row_max[half];
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]) * scale_log2);
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+      const float correction = exp2f(row_max[half] - tile_max);
+      row_max[half] = tile_max;
+      float sum = 0;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2f(fmaf(s[nt][2 * half + e], scale_log2, -tile_max));
+          s[nt][2 * half + e] = p;
+          sum += p;
+        }
+      row_sum[half] = row_sum[half] * correction + sum;
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8) {
+        o[n8][2 * half] *= correction;
+        o[n8][2 * half + 1] *= correction;
+      }
+    }
+    unsigned p[kTile / 16][4];
+    as_a_operands(p, s);
+    accumulate_product<D>(o, p, v_tiles + stage * elements, lane);
     __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
 
 #pragma unroll
-  for (int m = 0; m < M; ++m)
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    const int row = q0 + warp * 16 + lane / 4 + 8 * half;
+    if (row >= where.length) continue;
+    const float inverse = 1.f / sum;
+    bf16* dst = out + (where.start + row) * q_stride + h * D + 2 * (lane % 4);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = row_sum[m][half];
-      sum += __shfl_xor_sync(kFullMask, sum, 1);
-      sum += __shfl_xor_sync(kFullMask, sum, 2);
-      const int row = first_row + 16 * m + lane / 4 + 8 * half;
-      if (row >= where.length) continue;
-      const float inverse = 1.f / sum;
-      bf16* dst = out + (where.start + row) * q_stride + h * D + 2 * (lane % 4);
-#pragma unroll
-      for (int n8 = 0; n8 < D / 8; ++n8)
-        *reinterpret_cast<__nv_bfloat162*>(dst + n8 * 8) =
-            __floats2bfloat162_rn(o[m][n8][2 * half] * inverse, o[m][n8][2 * half + 1] * inverse);
-      if (lane % 4 == 0)
-        lse[static_cast<int64_t>(where.start + row) * geo.heads + h] = (row_max[m][half] + log2f(sum)) * kLn2;
-    }
+    for (int n8 = 0; n8 < D / 8; ++n8)
+      *reinterpret_cast<__nv_bfloat162*>(dst + n8 * 8) =
+          __floats2bfloat162_rn(o[n8][2 * half] * inverse, o[n8][2 * half + 1] * inverse);
+    if (lane % 4 == 0) lse[static_cast<int64_t>(where.start + row) * geo.heads + h] = (row_max[half] + log2f(sum)) * kLn2;
+  }
 }
 
-// dq: 128 queries a block (32 a warp) against key tiles of 32, where the dq accumulators
-// of two m16 tiles leave room for the scores of 32 keys only.
-constexpr int kQueryRows = 128, kQueryKeys = 32;
-
 template <int D>
-constexpr int query_shared_bytes =
-    2 * TileLayout<D, kQueryRows>::bytes + 4 * TileLayout<D, kQueryKeys>::bytes;  // Q, dO; K and V twice
+constexpr int query_shared_bytes = 6 * TileLayout<D>::bytes;  // Q, dO; K and V twice
 
+// dq for one tile of 64 queries of one head: loops over the key tiles its rows see.
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads)
     backward_query_tiles(bf16* dq, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
                          const bf16* v, const int* cu_seqlens, Geometry geo) {
-  constexpr int Rows = kQueryRows, Keys = kQueryKeys, M = Rows / kWarps / 16;
   extern __shared__ __align__(16) unsigned char shared[];
   SequenceTile where;
-  if (!find_sequence_tile<Rows>(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
-  const int q0 = (where.tiles - 1 - where.tile) * Rows;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  const int q0 = (where.tiles - 1 - where.tile) * kTile;
   const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warp_row0 = warp * 16 * M, first_row = q0 + warp_row0, last_row = first_row + 16 * M - 1;
   const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
-  const int key_end = min(q0 + Rows, where.length);
-  const int key_tiles = (key_end + Keys - 1) / Keys;
+  const int key_end = min(q0 + kTile, where.length);
+  const int key_tiles = (key_end + kTile - 1) / kTile;
   const float scale_log2 = geo.scale * kLog2e;
 
-  constexpr int key_elements = TileLayout<D, Keys>::elements;
+  constexpr int elements = TileLayout<D>::elements;
   bf16* q_tile = reinterpret_cast<bf16*>(shared);
-  bf16* dout_tile = q_tile + TileLayout<D, Rows>::elements;
-  bf16* k_tiles = dout_tile + TileLayout<D, Rows>::elements;
-  bf16* v_tiles = k_tiles + 2 * key_elements;
+  bf16* dout_tile = q_tile + elements;
+  bf16* k_tiles = dout_tile + elements;
+  bf16* v_tiles = k_tiles + 2 * elements;
   const int64_t row0 = where.start + q0;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
-  load_tile<D, Rows>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
-  load_tile<D, Rows>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
-  load_tile<D, Keys>(k_tiles, k_src, kv_stride, min(Keys, key_end));
-  load_tile<D, Keys>(v_tiles, v_src, kv_stride, min(Keys, key_end));
+  load_tile<D>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
-  // Statistics of this lane's rows (g and g+8 of each m16 tile): lse in log2 units (+inf
-  // past the sequence, so those rows get P = 0) and rowsum(dO∘O), two lanes per row with
-  // 16-byte loads.
-  float row_lse[M][2], row_dot[M][2];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int row = first_row + 16 * m + lane / 2;
+  // Statistics of this lane's rows (g and g+8): lse in log2 units (+inf past the sequence,
+  // so those rows get P = 0) and rowsum(dO∘O), two lanes per row with 16-byte loads.
+  float row_lse[2], row_dot[2];
+  {
+    const int row = q0 + warp * 16 + lane / 2;
     float part = 0;
     if (row < where.length) {
       const bf16* a = dout + (where.start + row) * q_stride + h * D;
@@ -547,66 +496,50 @@ __global__ void __launch_bounds__(kThreads, 2)
     part += __shfl_xor_sync(kFullMask, part, 1);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int mine = lane / 4 + 8 * half, r = first_row + 16 * m + mine;
-      row_dot[m][half] = __shfl_sync(kFullMask, part, 2 * mine);
-      row_lse[m][half] =
-          r < where.length ? lse[static_cast<int64_t>(where.start + r) * geo.heads + h] * kLog2e : INFINITY;
+      const int mine = lane / 4 + 8 * half, r = q0 + warp * 16 + mine;
+      row_dot[half] = __shfl_sync(kFullMask, part, 2 * mine);
+      row_lse[half] = r < where.length ? lse[static_cast<int64_t>(where.start + r) * geo.heads + h] * kLog2e : INFINITY;
     }
   }
 
-  float dq_acc[M][D / 8][4] = {};
+  float dq_acc[D / 8][4] = {};
   for (int n = 0; n < key_tiles; ++n) {
-    const int stage = n & 1, key0 = n * Keys;
+    const int stage = n & 1, key0 = n * kTile;
     if (n + 1 < key_tiles) {
-      const int next = key0 + Keys;
-      load_tile<D, Keys>(k_tiles + (stage ^ 1) * key_elements, k_src + next * kv_stride, kv_stride,
-                         min(Keys, key_end - next));
-      load_tile<D, Keys>(v_tiles + (stage ^ 1) * key_elements, v_src + next * kv_stride, kv_stride,
-                         min(Keys, key_end - next));
+      const int next = key0 + kTile;
+      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
       copy_async_commit();
       copy_async_wait<1>();
     } else {
       copy_async_wait<0>();
     }
     __syncthreads();
-    if (key0 <= last_row) {  // keys wholly after the warp's rows add nothing to them
-      const bf16* k_tile = k_tiles + stage * key_elements;
-      float s[M][Keys / 8][4] = {}, ds[M][Keys / 8][4] = {};
-      multiply_rows<D, M, Keys>(s, q_tile, warp_row0, k_tile, lane);
-      multiply_rows<D, M, Keys>(ds, dout_tile, warp_row0, v_tiles + stage * key_elements, lane);  // dP = dO·Vᵀ
-      const bool diagonal = key0 + Keys - 1 > first_row;
-      unsigned ds_a[M][Keys / 16][4];
+    const bf16* k_tile = k_tiles + stage * elements;
+    float s[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
+    multiply_rows<D>(s, q_tile, warp * 16, k_tile, lane);
+    multiply_rows<D>(ds, dout_tile, warp * 16, v_tiles + stage * elements, lane);  // dP = dO·Vᵀ
+    const bool diagonal = key0 + kTile - 1 > q0;
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
+    for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < Keys / 8; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int half = i / 2;
-            const bool hidden =
-                diagonal && key0 + fragment_column(lane, nt, i) > first_row + 16 * m + fragment_row(lane, i);
-            const float p = hidden ? 0.f : exp2f(fmaf(s[m][nt][i], scale_log2, -row_lse[m][half]));
-            ds[m][nt][i] = p * (ds[m][nt][i] - row_dot[m][half]) * geo.scale;
-          }
-        as_a_operands<Keys>(ds_a[m], ds[m]);
+      for (int i = 0; i < 4; ++i) {
+        const int half = i / 2, row = q0 + warp * 16 + lane / 4 + 8 * half, key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+        const float p = diagonal && key > row ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -row_lse[half]));
+        ds[nt][i] = p * (ds[nt][i] - row_dot[half]) * geo.scale;
       }
-      accumulate_product<D, M, Keys>(dq_acc, ds_a, k_tile, lane);
-    }
+    unsigned ds_a[kTile / 16][4];
+    as_a_operands(ds_a, ds);
+    accumulate_product<D>(dq_acc, ds_a, k_tile, lane);
     __syncthreads();
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-    store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp_row0 + 16 * m,
-                  dq_acc[m], lane);
+  store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
 }
-
-// dk/dv: 64 keys a block (16 a warp) against query tiles of 64.
-constexpr int kKeyRows = 64;
 
 template <int D>
 struct KeyTileShared {
   static constexpr int tiles = 2 + 2 * 2;  // K, V; Q and dO twice
-  static constexpr int bytes = tiles * TileLayout<D, kKeyRows>::bytes + 3 * kKeyRows * static_cast<int>(sizeof(float));
+  static constexpr int bytes = tiles * TileLayout<D>::bytes + 3 * kTile * static_cast<int>(sizeof(float));
 };
 
 // dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
@@ -616,43 +549,42 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     backward_key_tiles(bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                        const bf16* k, const bf16* v, const int* cu_seqlens, Geometry geo) {
-  constexpr int Rows = kKeyRows;
   extern __shared__ __align__(16) unsigned char shared[];
   SequenceTile where;
-  if (!find_sequence_tile<Rows>(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
   // Natural order: a sequence's first key tile is seen by the most queries and goes first.
-  const int key0 = where.tile * Rows, kv_head = blockIdx.y, group = geo.heads / geo.kv_heads;
+  const int key0 = where.tile * kTile, kv_head = blockIdx.y, group = geo.heads / geo.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const float scale_log2 = geo.scale * kLog2e;
   const int query_tiles = where.tiles - where.tile;  // per head, from the diagonal tile on
   const int items = group * query_tiles;
 
-  constexpr int elements = TileLayout<D, Rows>::elements;
+  constexpr int elements = TileLayout<D>::elements;
   bf16* k_tile = reinterpret_cast<bf16*>(shared);
   bf16* v_tile = k_tile + elements;
   bf16* staged = v_tile + elements;  // stage s: Q at staged + 2s·elements, then dO
-  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][Rows], log2 units
-  float* dot_rows = lse_rows + 2 * Rows;                               // [Rows], rowsum(dO∘O)
+  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile], log2 units
+  float* dot_rows = lse_rows + 2 * kTile;                              // [kTile], rowsum(dO∘O)
   const int64_t key_row0 = where.start + key0;
-  load_tile<D, Rows>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
-  load_tile<D, Rows>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+  load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+  load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
 
   const auto item_head = [&](int item) { return kv_head * group + item / query_tiles; };
-  const auto item_q0 = [&](int item) { return (where.tile + item % query_tiles) * Rows; };
+  const auto item_q0 = [&](int item) { return (where.tile + item % query_tiles) * kTile; };
   const auto load_item = [&](int item, int stage) {
     const int h = item_head(item), q0 = item_q0(item), rows = where.length - q0;
     const int64_t row0 = where.start + q0;
     bf16* tiles = staged + 2 * stage * elements;
-    load_tile<D, Rows>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
-    load_tile<D, Rows>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
-    for (int r = threadIdx.x; r < Rows; r += kThreads)
-      copy_async_4(lse_rows + stage * Rows + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
+    load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
+    load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
+    for (int r = threadIdx.x; r < kTile; r += kThreads)
+      copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
     copy_async_commit();
   };
   load_item(0, 0);  // in one group with K and V
 
-  float dk_acc[1][D / 8][4] = {}, dv_acc[1][D / 8][4] = {};
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
   for (int item = 0; item < items; ++item) {
     const int stage = item & 1, h = item_head(item), q0 = item_q0(item);
     if (item + 1 < items) {
@@ -664,7 +596,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const bf16* q_staged = staged + 2 * stage * elements;
     const bf16* dout_staged = q_staged + elements;
-    float* lse_stage = lse_rows + stage * Rows;
+    float* lse_stage = lse_rows + stage * kTile;
     // Row statistics of the query tile, two threads per row: rowsum(dO∘O) (O straight from
     // global memory: staging it would cost the shared memory of a second block per SM) and
     // the log-sum-exp in log2 units, +inf past the sequence so that those rows get P = 0.
@@ -673,7 +605,7 @@ __global__ void __launch_bounds__(kThreads)
       float part = 0;
       if (query < where.length) {
         const bf16* o_row = out + (where.start + query) * q_stride + h * D;
-        const bf16* dout_row = dout_staged + r * kPaddedStride<D>;
+        const bf16* dout_row = dout_staged + r * TileLayout<D>::stride;
         for (int c = threadIdx.x % 2; c < D / 8; c += 2) part += dot8(o_row + c * 8, dout_row + c * 8);
       }
       part += __shfl_xor_sync(kFullMask, part, 1);
@@ -685,32 +617,32 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
-    unsigned p_a[1][Rows / 16][4], ds_a[1][Rows / 16][4];
+    unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
     {
-      float p[1][Rows / 8][4] = {}, ds[1][Rows / 8][4] = {};
-      multiply_rows<D, 1, Rows>(p, k_tile, warp * 16, q_staged, lane);      // Sᵀ = K·Qᵀ
-      multiply_rows<D, 1, Rows>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
-      const bool diagonal = q0 < key0 + Rows - 1;
+      float p[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
+      multiply_rows<D>(p, k_tile, warp * 16, q_staged, lane);      // Sᵀ = K·Qᵀ
+      multiply_rows<D>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
+      const bool diagonal = q0 < key0 + kTile - 1;
 #pragma unroll
-      for (int nt = 0; nt < Rows / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int column = fragment_column(lane, nt, i);
-          const int key = key0 + warp * 16 + fragment_row(lane, i), query = q0 + column;
+          const int column = nt * 8 + 2 * (lane % 4) + i % 2;
+          const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + column;
           const float prob =
-              diagonal && query < key ? 0.f : exp2f(fmaf(p[0][nt][i], scale_log2, -lse_stage[column]));
-          p[0][nt][i] = prob;
-          ds[0][nt][i] = prob * (ds[0][nt][i] - dot_rows[column]) * geo.scale;
+              diagonal && query < key ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column]));
+          p[nt][i] = prob;
+          ds[nt][i] = prob * (ds[nt][i] - dot_rows[column]) * geo.scale;
         }
-      as_a_operands<Rows>(p_a[0], p[0]);
-      as_a_operands<Rows>(ds_a[0], ds[0]);
+      as_a_operands(p_a, p);
+      as_a_operands(ds_a, ds);
     }
-    accumulate_product<D, 1, Rows>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
-    accumulate_product<D, 1, Rows>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
+    accumulate_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
+    accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
     __syncthreads();
   }
-  store_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc[0], lane);
-  store_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc[0], lane);
+  store_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
+  store_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -764,10 +696,9 @@ bool launch_on_tensor_cores(const Geometry& geo, std::initializer_list<const Ten
   }
 }
 
-// Blocks enough for every tile of every sequence: Σ ceil(len/Rows) <= (T + S·(Rows-1)) / Rows.
-template <int Rows>
+// Blocks enough for every tile of every sequence: Σ ceil(len/kTile) <= (T + S·(kTile-1)) / kTile.
 dim3 tile_grid(const Geometry& geo, int heads) {
-  const int64_t bound = (static_cast<int64_t>(geo.tokens) + static_cast<int64_t>(geo.sequences) * (Rows - 1)) / Rows;
+  const int64_t bound = (static_cast<int64_t>(geo.tokens) + static_cast<int64_t>(geo.sequences) * (kTile - 1)) / kTile;
   return dim3(static_cast<unsigned>(bound), static_cast<unsigned>(heads));
 }
 
@@ -805,7 +736,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     allow_shared(forward_tiles<D>, forward_shared_bytes<D>);
-    forward_tiles<D><<<tile_grid<kForwardRows>(geo, heads), kThreads, forward_shared_bytes<D>, stream>>>(
+    forward_tiles<D><<<tile_grid(geo, heads), kThreads, forward_shared_bytes<D>, stream>>>(
         mutable_data<bf16>(out), mutable_data<float>(lse), data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
   });
   if (!tiled) {
@@ -837,11 +768,11 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     constexpr int D = decltype(dim)::value;
     allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
-    backward_query_tiles<D><<<tile_grid<kQueryRows>(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
+    backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
         mutable_data<bf16>(dq), data<bf16>(dout), data<bf16>(out), data<float>(lse), data<bf16>(q), data<bf16>(k),
         data<bf16>(v), cu, geo);
     check_launch(op);
-    backward_key_tiles<D><<<tile_grid<kKeyRows>(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
+    backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
         mutable_data<bf16>(dk), mutable_data<bf16>(dv), data<bf16>(dout), data<bf16>(out), data<float>(lse),
         data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
   });

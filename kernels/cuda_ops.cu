@@ -74,9 +74,6 @@ void CudaOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Ten
                               const Tensor& x, const Tensor& weight, GradWrite dx_write) {
   cuda::matmul_backward(*matmul_, dx, dweight, dbias, dout, x, weight, dx_write);
 }
-void CudaOps::rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) {
-  cuda::rope_forward(x, positions, inv_freq, heads, stream_);
-}
 void CudaOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) {
   cuda::rope_backward(dx, positions, inv_freq, heads, stream_);
 }
@@ -106,6 +103,5 @@ void CudaOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tens
                               const Tensor& up) {
   cuda::swiglu_backward(dgate, dup, dout, gate, up, stream_);
 }
-void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) { cuda::add(out, a, b, stream_); }
 
 }  // namespace tandem

@@ -1,6 +1,5 @@
-// Whole-tensor operations on the GPU: zero, copy and the residual add. CPU
-// twins: CpuOps::zero, copy and add (src/model/cpu_ops.cpp), compared in
-// tests/gpu_ops_pointwise.cpp.
+// Whole-tensor operations on the GPU: zero and copy. CPU twins: CpuOps::zero and copy
+// (src/model/cpu_ops.cpp), compared in tests/gpu_ops_pointwise.cpp.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,7 +12,5 @@ namespace tandem::cuda {
 void zero(const Tensor& dst, cudaStream_t stream);
 // dst = src: same dtype and shape, both on the GPU.
 void copy(const Tensor& dst, const Tensor& src, cudaStream_t stream);
-// out = a + b, all [N, D] of one data dtype (F32 or BF16); out may alias a or b.
-void add(const Tensor& out, const Tensor& a, const Tensor& b, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -51,7 +51,8 @@ __device__ inline float team_sum(float v, float* warp_sums) {
 // writes the normalised row from those registers. The block holds blockDim.x / S teams
 // (fewer than kTeamsPerBlock when rows are few, so that they spread over every SM).
 // With AddBranch, x += branch first (rounded to T and written back, so the norm sees the
-// very values an add kernel would have left in x). No __restrict__: x is read and written.
+// sum as stored, as a separate add would have left it). No __restrict__: x is read and
+// written.
 template <class T, int N, int S, bool AddBranch>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     rmsnorm_forward_kernel(T* out, float* rstd, T* x, const T* branch, const T* weight, int64_t rows, int columns,

@@ -1,5 +1,6 @@
-// Rotary position embedding on the GPU, in place, Hugging Face's rotate_half pairing.
-// CPU twin: CpuOps::rope_forward/backward (src/model/cpu_ops.cpp), compared in
+// The backward of rotary position embedding on the GPU, in place, Hugging Face's
+// rotate_half pairing (the forward rotation is fused into qk_norm_rope.cuh's kernels).
+// CPU twin: CpuOps::rope_backward (src/model/cpu_ops.cpp), compared in
 // tests/gpu_ops_pointwise.cpp.
 #pragma once
 #include <cuda_runtime.h>
@@ -8,10 +9,8 @@
 
 namespace tandem::cuda {
 
-// x [T, heads*head_dim] (F32 or BF16): dims i and i + head_dim/2 of every head rotate by
-// positions[t] * inv_freq[i]; positions I32 [T], inv_freq F32 [head_dim/2].
-void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads, cudaStream_t stream);
-// Rotates the gradient dx back by the same angles, in place.
+// dx [T, heads*head_dim] (F32 or BF16): dims i and i + head_dim/2 of every head rotate
+// back by positions[t] * inv_freq[i]; positions I32 [T], inv_freq F32 [head_dim/2].
 void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads,
                    cudaStream_t stream);
 

@@ -71,8 +71,8 @@ void expect_split_runs_reproduce_colocated(int trainers, const std::vector<int>&
     EXPECT_EQ(split.output.find("| offload"), std::string::npos) << split.output;
     tandem::testing::expect_same_metrics(dir.path() / "colocated", dir.path() / name);
     const RunFile a = RunFile::open(dir.path() / "colocated" / kRunFileName), b = RunFile::open(dir.path() / name / kRunFileName);
-    for (const char* metric :
-         {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "format_rate", "reward_std", "kl"})
+    for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "sampling/zero_spread_fraction", "format_rate",
+                               "reward_std", "kl", "rollout/graph_setup_seconds"})
       EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
     const auto drawn = a.metric("sampling/drawn_groups");
     EXPECT_GT(*std::max_element(drawn.begin() + 2, drawn.end()), 2.0 * trainers);  // an extra round was drawn
@@ -301,7 +301,8 @@ TEST(CliRolloutRanks, StalenessOneWithLearningRateZeroReproducesStalenessZero) {
   ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
   tandem::testing::expect_same_metrics(dir.path() / "fresh", dir.path() / "ahead");
   const RunFile a = RunFile::open(dir.path() / "fresh" / kRunFileName), b = RunFile::open(dir.path() / "ahead" / kRunFileName);
-  for (const char* metric : {"sampling/drawn_groups", "sampling/kept_groups", "reward_std", "ratio_mean", "ratio_max"})
+  for (const char* metric :
+       {"sampling/drawn_groups", "sampling/kept_groups", "reward_std", "ratio_mean", "ratio_max", "rollout/graph_setup_seconds"})
     EXPECT_EQ(b.metric(metric), a.metric(metric)) << metric;
   const auto drawn = a.metric("sampling/drawn_groups");
   EXPECT_GT(*std::max_element(drawn.begin(), drawn.end()), 4.0);  // an extra round was drawn

@@ -166,6 +166,29 @@ TEST_P(EngineVariant, PreemptionRecomputesAndKeepsTheTokens) {
   EXPECT_EQ(engine->free_blocks(), engine->total_blocks());
 }
 
+// Copies of the q/k/v and gate/up weights of `weights`, each one element apart from the
+// next in `memory`, so that none stack: the engine takes the separate GEMMs for them.
+ParameterSet laid_apart(const ParameterSet& weights, std::vector<float>& memory) {
+  ParameterSet apart = weights;
+  std::vector<Tensor*> moved;
+  for (LayerParameters& layer : apart.layers)
+    moved.insert(moved.end(), {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.gate_proj, &layer.up_proj});
+  int64_t elements = 0;
+  for (const Tensor* weight : moved) elements += weight->numel() + 1;
+  memory.assign(elements, 0.0f);
+  float* next = memory.data();
+  for (Tensor* weight : moved) {
+    std::copy_n(weight->ptr<float>(), weight->numel(), next);
+    weight->data = next;
+    next += weight->numel() + 1;
+  }
+  for (const LayerParameters& layer : apart.layers) {
+    EXPECT_EQ(stacked_weights({layer.q_proj, layer.k_proj}).data, nullptr);
+    EXPECT_EQ(stacked_weights({layer.gate_proj, layer.up_proj}).data, nullptr);
+  }
+  return apart;
+}
+
 // The qwen3 and llama variants' q/k/v and gate/up weights lie end to end, so the engine
 // runs each group as ONE GEMM; copies of the same weights laid apart in memory take the
 // separate GEMMs (as qwen2's biased q/k/v always do), and must give the same completions.
@@ -176,24 +199,8 @@ TEST_P(EngineVariant, StackedAndSeparateProjectionsGiveTheSameCompletions) {
   const LayerParameters& first = stacked.layers[0];
   EXPECT_EQ(stacked_weights({first.q_proj, first.k_proj, first.v_proj}).data != nullptr, !GetParam().qkv_bias);
   EXPECT_NE(stacked_weights({first.gate_proj, first.up_proj}).data, nullptr);
-
-  ParameterSet apart = stacked;
-  std::vector<Tensor*> moved;
-  for (LayerParameters& layer : apart.layers)
-    moved.insert(moved.end(), {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.gate_proj, &layer.up_proj});
-  int64_t elements = 0;
-  for (const Tensor* weight : moved) elements += weight->numel() + 1;
-  std::vector<float> memory(elements);
-  float* next = memory.data();
-  for (Tensor* weight : moved) {
-    std::copy_n(weight->ptr<float>(), weight->numel(), next);
-    weight->data = next;
-    next += weight->numel() + 1;  // one element apart: no two stack
-  }
-  for (const LayerParameters& layer : apart.layers) {
-    ASSERT_EQ(stacked_weights({layer.q_proj, layer.k_proj}).data, nullptr);
-    ASSERT_EQ(stacked_weights({layer.gate_proj, layer.up_proj}).data, nullptr);
-  }
+  std::vector<float> memory;
+  const ParameterSet apart = laid_apart(stacked, memory);
 
   EngineOptions options = small_engine_options();
   options.max_running = 3;
@@ -353,6 +360,26 @@ TEST(EngineMemory, CacheAndScratchComeFromThePoolUnderTheKvCacheTag) {
     EXPECT_EQ(allocations, 2u);  // the cache and the step scratch
   }
   EXPECT_EQ(rig.pool->stats().per_tag.at("kv_cache").device_bytes, 0u);
+}
+
+// The step scratch holds the buffers of the q|k|v path the weights take alone: the one
+// GEMM's output [T, QD + 2 KD] for stacked weights; k, v and both normed copies [T, QD +
+// 3 KD] for weights apart. (64 tokens of these F32 rows are whole 256-byte alignments.)
+TEST(EngineMemory, StepScratchHoldsTheBuffersOfTheQkvPathTheWeightsTake) {
+  RolloutRig rig(testing::tiny_config(true, false, true));
+  const ModelConfig& config = rig.model.config;
+  const auto scratch_bytes = [&](const ParameterSet& weights) {
+    const Engine engine(config, weights, *rig.pool, small_engine_options());
+    for (const Allocation* allocation : rig.pool->allocations())
+      if (allocation->name == "engine.step_scratch") return allocation->bytes;
+    ADD_FAILURE() << "no step scratch in the pool";
+    return size_t{0};
+  };
+  std::vector<float> memory;
+  const size_t stacked = scratch_bytes(rig.model.params), apart = scratch_bytes(laid_apart(rig.model.params, memory));
+  const int64_t T = small_engine_options().max_step_tokens, QD = config.q_dim(), KD = config.kv_dim();
+  ASSERT_EQ(T, 64);
+  EXPECT_EQ(apart - stacked, static_cast<size_t>(T * ((QD + 3 * KD) - (QD + 2 * KD))) * sizeof(float));
 }
 
 }  // namespace

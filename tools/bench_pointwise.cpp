@@ -232,14 +232,10 @@ int main(int argc, char** argv) try {
   for (int64_t t = 0; t < T; ++t) packed_positions[t] = static_cast<int32_t>(t % 1024);  // sequences of 1024
   const Tensor positions = gpu.ints(packed_positions);
   const Tensor inv_freq = gpu.make(DType::F32, {kHeadDim / 2});
-  report.run("rope_forward q", dims({T, kHeads * kHeadDim}), 2 * q_bytes,
-             [&] { cuda::rope_forward(q, positions, inv_freq, kHeads, nullptr); });
-  report.run("rope_forward k", dims({T, kKvHeads * kHeadDim}), 2 * k_bytes,
-             [&] { cuda::rope_forward(k, positions, inv_freq, kKvHeads, nullptr); });
   report.run("rope_backward q", dims({T, kHeads * kHeadDim}), 2 * q_bytes,
              [&] { cuda::rope_backward(dq, positions, inv_freq, kHeads, nullptr); });
   // The trainer's attention inputs: q and k normed and rotated out of place, each head's rstd
-  // kept (the four kernels above, rmsnorm_forward q/k and rope_forward q/k, in one).
+  // kept (rmsnorm_forward q/k above and both rotations, in one kernel).
   const Tensor k2 = gpu.make(dtype, {T, kKvHeads * kHeadDim});
   const Tensor q_rstd_kept = gpu.make(DType::F32, {T * kHeads}), k_rstd_kept = gpu.make(DType::F32, {T * kKvHeads});
   report.run("qk_norm_rope_forward", dims({T, kHeads + kKvHeads, kHeadDim}),
@@ -256,10 +252,6 @@ int main(int argc, char** argv) try {
              [&] { cuda::swiglu_forward(mlp, gate, up, nullptr); });
   report.run("swiglu_backward", dims({T, kIntermediate}), 5 * mlp_bytes,
              [&] { cuda::swiglu_backward(dgate, dup, mlp, gate, up, nullptr); });
-
-  report.run("add", dims({T, kHidden}), 3 * T * row_bytes, [&] { cuda::add(hidden4, hidden, hidden2, nullptr); });
-  report.run("add in place", dims({T, kHidden}), 3 * T * row_bytes,
-             [&] { cuda::add(hidden4, hidden4, hidden2, nullptr); });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_pointwise: %s\n", e.what());

@@ -58,7 +58,7 @@ void fail_together_on_link(MPI_Comm link, const std::string& reply) {
   if (std::count(failures.begin(), failures.end(), 1) > 0) throw_errors(all_gather_strings(link, failed ? reply : ""));
 }
 
-std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) {
+GatheredRound gather_round(MPI_Comm link, const std::string& reply, double graph_setup_seconds) {
   // The errors first, to every rank, so they all fail together; then the groups to rank 0.
   fail_together_on_link(link, reply);
   int rank = 0, size = 1;
@@ -78,13 +78,15 @@ std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply) 
   std::string all(rank == 0 ? total : 0, '\0');
   MPI_Igatherv(bytes.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, link, &request);
   wait_for_ranks(request, "the gathering of a round's groups", link);
-  std::vector<SampledGroup> groups;
-  if (rank != 0) return groups;
+  GatheredRound round;
+  MPI_Ireduce(&graph_setup_seconds, &round.graph_setup_seconds, 1, MPI_DOUBLE, MPI_MAX, 0, link, &request);
+  wait_for_ranks(request, "the gathering of a round's groups", link);
+  if (rank != 0) return {};
   for (int r = 1; r < size; ++r) {
     std::vector<SampledGroup> theirs = read_groups(std::string_view(all).substr(offsets[r], lengths[r]));
-    groups.insert(groups.end(), std::make_move_iterator(theirs.begin()), std::make_move_iterator(theirs.end()));
+    round.groups.insert(round.groups.end(), std::make_move_iterator(theirs.begin()), std::make_move_iterator(theirs.end()));
   }
-  return groups;
+  return round;
 }
 
 std::vector<SampledGroup> read_reply(const std::string& reply, std::string& stopped) {

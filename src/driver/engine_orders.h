@@ -64,10 +64,16 @@ void throw_errors(const std::vector<std::string>& replies);
 // which names its rank).
 void fail_together_on_link(MPI_Comm link, const std::string& reply);
 
-// Collective over the link: fail_together_on_link, then trainer rank 0 returns every
-// engine's groups (in engine order) and the engines return none: the groups travel to
-// trainer rank 0 alone.
-std::vector<SampledGroup> gather_round(MPI_Comm link, const std::string& reply);
+// A kept round as trainer rank 0 gathers it: every engine's groups (in engine order) and
+// the largest of their graph setup seconds over the round.
+struct GatheredRound {
+  std::vector<SampledGroup> groups;
+  double graph_setup_seconds = 0;
+};
+// Collective over the link: fail_together_on_link, then trainer rank 0 returns the round
+// and the engines return nothing: the groups travel to trainer rank 0 alone. Each rank
+// gives its reply and its graph setup seconds over the round (trainer rank 0: "" and 0).
+GatheredRound gather_round(MPI_Comm link, const std::string& reply, double graph_setup_seconds);
 
 // The groups of a groups reply; throws the error of an error reply; a stop reply's reason
 // goes to `stopped`, with no groups.

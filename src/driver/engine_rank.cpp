@@ -62,7 +62,8 @@ void serve_round(const EngineCommand& round, LocalGroupSampler& sampler, const E
   } catch (const std::exception& e) {
     stream.fail(exit_code_of(e), name + ": " + e.what());
   }
-  stream.close(aborted, static_cast<int64_t>(engine.running() + engine.waiting()));  // an engine's error fails every rank
+  // An engine's error fails every rank.
+  stream.close(aborted, static_cast<int64_t>(engine.running() + engine.waiting()), sampler.take_graph_setup_seconds());
 }
 
 }  // namespace
@@ -81,21 +82,31 @@ int run_engine_rank(const Deck& deck, World& world, Roles& roles, const ModelCon
     startup_error = error_reply(exit_code_of(e), name + ": start-up: " + e.what());
   }
   std::optional<StopPoint> stop_point;
-  std::string kept;  // the reply to the round sampled and not yet collected
+  // The round sampled and not yet collected: the reply, and what its graph setup cost.
+  struct KeptRound {
+    std::string reply;
+    double graph_setup_seconds = 0;
+  } kept;
   for (;;) {
     const EngineCommand command = broadcast_command(roles.link(), {});
     switch (command.order) {
       case EngineOrder::ReportStartUp: fail_together_on_link(roles.link(), startup_error); break;
       case EngineOrder::Round:
         try {
-          kept = groups_reply(built->sampler->sample_prompts(command.step, engine_share(command, roles.rank(), roles.engines())));
+          kept = {groups_reply(built->sampler->sample_prompts(command.step,
+                                                               engine_share(command, roles.rank(), roles.engines()))),
+                  built->sampler->take_graph_setup_seconds()};
         } catch (const std::exception& e) {
-          kept = error_reply(exit_code_of(e), name + ": " + e.what());
+          kept = {error_reply(exit_code_of(e), name + ": " + e.what())};
         }
         break;
       case EngineOrder::StreamedRound: serve_round(command, *built->sampler, *built->engine, roles, name); break;
-      case EngineOrder::Collect: gather_round(roles.link(), std::exchange(kept, {})); break;  // an error fails every rank
-      case EngineOrder::Discard: kept.clear(); break;
+      case EngineOrder::Collect: {  // an error fails every rank
+        const KeptRound round = std::exchange(kept, {});
+        gather_round(roles.link(), round.reply, round.graph_setup_seconds);
+        break;
+      }
+      case EngineOrder::Discard: kept = {}; break;
       case EngineOrder::Sync: built->weights->sync(); break;
       case EngineOrder::StartStopPoint: stop_point.emplace(world.comm(), std::nullopt); break;
       case EngineOrder::StepBoundary: stop_point->agree(); break;

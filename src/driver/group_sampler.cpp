@@ -1,17 +1,30 @@
 #include "driver/group_sampler.h"
 
 #include <map>
+#include <utility>
 
 namespace tandem {
 
 LocalGroupSampler::LocalGroupSampler(Engine& engine, const Task& task, const PromptFormat& format,
                                      const GroupSamplingSettings& settings)
-    : engine_(engine), task_(task), format_(format), settings_(settings) {}
+    : engine_(engine),
+      task_(task),
+      format_(format),
+      settings_(settings),
+      graph_setup_taken_(engine.stats().graph_setup_seconds) {}
 
 RoundGroups LocalGroupSampler::sample(int64_t step, uint64_t first, int64_t count, const BatchDecision&) {
   std::vector<uint64_t> indices;
   for (int64_t i = 0; i < count; ++i) indices.push_back(first + static_cast<uint64_t>(i));
-  return {.groups = sample_prompts(step, indices)};
+  RoundGroups round;
+  round.groups = sample_prompts(step, indices);
+  round.graph_setup_seconds = take_graph_setup_seconds();
+  return round;
+}
+
+double LocalGroupSampler::take_graph_setup_seconds() {
+  const double total = engine_.stats().graph_setup_seconds;
+  return total - std::exchange(graph_setup_taken_, total);
 }
 
 std::vector<SampledGroup> LocalGroupSampler::sample_prompts(int64_t step, const std::vector<uint64_t>& indices) {

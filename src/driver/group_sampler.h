@@ -26,7 +26,11 @@ struct RoundGroups {
   // before the groups that decide the batch (the rest were not all sampled).
   std::vector<SampledGroup> groups;
   int64_t aborted_requests = 0;  // over every engine
-  std::string stopped;           // not empty: a stop cut the round (why), and `groups` is void
+  // What the decode sizes its engine ran for the first time cost it (eager first run,
+  // CUDA graph capture: EngineStats::graph_setup_seconds); the largest of the engines'
+  // on rollout ranks, which run at once.
+  double graph_setup_seconds = 0;
+  std::string stopped;  // not empty: a stop cut the round (why), and `groups` is void
 };
 
 class GroupSource {
@@ -59,12 +63,16 @@ class LocalGroupSampler final : public GroupSource {
   // (Engine::abort) and returns how many; else 0. An error aborts them too, then throws.
   int64_t stream(int64_t step, const std::vector<uint64_t>& indices, const std::function<void(SampledGroup&&)>& scored,
                  const std::function<bool()>& abort_now);
+  // The engine's graph setup seconds since the last call (since construction, at first):
+  // what the sampling in between cost it.
+  double take_graph_setup_seconds();
 
  private:
   Engine& engine_;
   const Task& task_;
   const PromptFormat& format_;
   GroupSamplingSettings settings_;
+  double graph_setup_taken_;  // the engine's total at the last take
 };
 
 }  // namespace tandem

@@ -167,6 +167,7 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_a
     const BatchDecision decision = over_sampling_groups_ > 0 ? sampling.next_decision(filter) : BatchDecision{};
     RoundGroups round = source_->sample(step, round_first + static_cast<uint64_t>(rank_ * slice), slice, decision);
     summary.aborted_requests += round.aborted_requests;
+    summary.graph_setup_seconds += round.graph_setup_seconds;
     if (!round.stopped.empty()) {
       summary.stopped = round.stopped;
       return summary;
@@ -242,14 +243,8 @@ RolloutSummary GrpoStep::rollout(int64_t step, int64_t cursor, int first_round_a
       {"sampling/zero_spread_fraction", static_cast<double>(sampling.dropped_flat()) / static_cast<double>(drawn)},
       {"sampling/rounds", static_cast<double>(sampling.rounds())},
       {"rollout/aborted_requests", static_cast<double>(summary.aborted_requests)},
+      {"rollout/graph_setup_seconds", summary.graph_setup_seconds},
   };
-  if (engine_) {
-    // What the decode sizes this rollout used for the first time cost it (graph captures).
-    const EngineStats now = engine_->stats();
-    summary.sampling_metrics.push_back(
-        {"rollout/graph_setup_seconds", now.graph_setup_seconds - engine_stats_.graph_setup_seconds});
-    engine_stats_ = now;
-  }
   return summary;
 }
 

@@ -51,6 +51,9 @@ struct RolloutSummary {
   int64_t prompts_drawn = 0;
   int64_t aborted_requests = 0;
   MetricValues sampling_metrics;
+  // RoundGroups::graph_setup_seconds over the rollout's rounds: the rank's own engine's
+  // when colocated, the rollout ranks' (the same on every trainer) otherwise.
+  double graph_setup_seconds = 0;
   // Not empty: a stop signal or the time limit cut the rollout (why), and the step is void.
   std::string stopped;
   // The mean policy age of the groups the step trains on, in optimizer steps: how many
@@ -107,7 +110,6 @@ class GrpoStep {
   double sft_lr_;
   LrSchedule rl_schedule_;
   std::unique_ptr<Engine> engine_;  // colocated: the rank's own, sampled by local_sampler_
-  EngineStats engine_stats_;        // the engine's as of the last rollout: a step's are the change
   std::unique_ptr<LocalGroupSampler> local_sampler_;
   GroupSource* source_ = nullptr;  // local_sampler_, or the rollout ranks
   std::unique_ptr<PolicyTrainer> trainer_;

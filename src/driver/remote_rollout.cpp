@@ -48,7 +48,7 @@ void RemoteRollout::check_engines_started() {
       reply = error_reply(error.code(), error.what());
     }
   }
-  hand_on(reply, 0);
+  hand_on(reply, 0, 0);
 }
 
 RoundGroups RemoteRollout::sample(int64_t step, uint64_t first, int64_t count, const BatchDecision& decision) {
@@ -61,15 +61,19 @@ RoundGroups RemoteRollout::sample(int64_t step, uint64_t first, int64_t count, c
   const bool collect_prefetched = std::exchange(prefetched_, std::nullopt).has_value();
   std::string reply;
   int64_t aborted = 0;
+  double graph_setup_seconds = 0;
   if (roles_.link() != MPI_COMM_NULL) {
     try {
       if (collect_prefetched) {
         tell({EngineOrder::Collect});
-        reply = groups_reply(gather_round(roles_.link(), ""));
+        const GatheredRound gathered = gather_round(roles_.link(), "", 0);
+        graph_setup_seconds = gathered.graph_setup_seconds;
+        reply = groups_reply(gathered.groups);
       } else {
         tell(round);
         CollectedRound collected = collect_round(roles_.link(), round, decision, stop_requested_, roles_.trainers());
         for (const int64_t engine : collected.aborted) aborted += engine;
+        graph_setup_seconds = collected.graph_setup_seconds;
         reply = collected.stopped.empty() ? groups_reply(collected.groups) : stop_reply(collected.stopped);
       }
     } catch (const RanksFailedError& error) {
@@ -77,7 +81,7 @@ RoundGroups RemoteRollout::sample(int64_t step, uint64_t first, int64_t count, c
       reply = error_reply(error.code(), error.what());
     }
   }
-  RoundGroups groups = hand_on(reply, aborted);
+  RoundGroups groups = hand_on(reply, aborted, graph_setup_seconds);
   std::erase_if(groups.groups, [&](const SampledGroup& group) {
     return group.prompt_index < first || group.prompt_index >= first + static_cast<uint64_t>(count);
   });
@@ -104,13 +108,18 @@ void RemoteRollout::tell(const EngineCommand& command) {
   if (roles_.link() != MPI_COMM_NULL) broadcast_command(roles_.link(), command);
 }
 
-RoundGroups RemoteRollout::hand_on(std::string reply, int64_t aborted) {
+RoundGroups RemoteRollout::hand_on(std::string reply, int64_t aborted, double graph_setup_seconds) {
   broadcast_string(roles_.comm(), reply, 0, "the handing out of the rollout ranks' reply");
+  struct {
+    int64_t aborted;
+    double graph_setup_seconds;
+  } figures{aborted, graph_setup_seconds};
   MPI_Request request;
-  MPI_Ibcast(&aborted, 1, MPI_INT64_T, 0, roles_.comm(), &request);
+  MPI_Ibcast(&figures, sizeof figures, MPI_BYTE, 0, roles_.comm(), &request);
   wait_for_ranks(request, "the handing out of the rollout ranks' reply", roles_.comm());
   RoundGroups groups;
-  groups.aborted_requests = aborted;
+  groups.aborted_requests = figures.aborted;
+  groups.graph_setup_seconds = figures.graph_setup_seconds;
   groups.groups = read_reply(reply, groups.stopped);
   return groups;
 }

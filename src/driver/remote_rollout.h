@@ -70,10 +70,11 @@ class RemoteRollout final : public GroupSource {
  private:
   // Trainer rank 0 gives the engines `command`; the other trainers do nothing.
   void tell(const EngineCommand& command);
-  // Collective over the trainers: trainer rank 0's reply from the engines and the requests
-  // they aborted, as groups (or the stop that cut the round) on every trainer, or the
-  // error (error_reply) that every trainer throws.
-  RoundGroups hand_on(std::string reply, int64_t aborted);
+  // Collective over the trainers: trainer rank 0's reply from the engines, as groups (or
+  // the stop that cut the round) on every trainer with the round's figures (the requests
+  // the engines aborted, their graph setup seconds), or the error (error_reply) that
+  // every trainer throws.
+  RoundGroups hand_on(std::string reply, int64_t aborted, double graph_setup_seconds);
 
   Roles& roles_;
   std::function<std::string()> stop_requested_ = [] { return std::string(); };

@@ -32,18 +32,26 @@ std::string load_on_every_rank(const std::filesystem::path& path, const Checkpoi
 
 }  // namespace
 
-std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::path& folder, const std::string& restart,
-                                                       const CheckpointLoader& loader, MPI_Comm comm,
-                                                       std::vector<std::string>& notes) {
-  if (restart == "never") return std::nullopt;
-  if (restart != "auto") {
-    const std::string error = load_on_every_rank(restart, loader, comm);
-    if (!error.empty()) throw RanksFailedError(kExitBadInput, "run.restart = " + restart + " cannot be resumed: " + error);
-    return std::filesystem::path(restart);
+ResumeChoice choose_resume(const std::filesystem::path& folder, const std::string& restart) {
+  ResumeChoice choice{restart, folder, {}};
+  if (restart == "auto")
+    choice.candidates = checkpoints_newest_first(folder);
+  else if (restart != "never")
+    choice.candidates = {restart};
+  return choice;
+}
+
+std::optional<std::filesystem::path> resume_checkpoint(const ResumeChoice& choice, const CheckpointLoader& loader,
+                                                       MPI_Comm comm, std::vector<std::string>& notes) {
+  if (choice.starts_afresh()) return std::nullopt;
+  if (choice.restart != "auto") {
+    const std::string error = load_on_every_rank(choice.restart, loader, comm);
+    if (!error.empty())
+      throw RanksFailedError(kExitBadInput, "run.restart = " + choice.restart + " cannot be resumed: " + error);
+    return std::filesystem::path(choice.restart);
   }
-  const std::vector<std::filesystem::path> candidates = checkpoints_newest_first(folder);
   std::string reasons;
-  for (const std::filesystem::path& candidate : candidates) {
+  for (const std::filesystem::path& candidate : choice.candidates) {
     const std::string error = load_on_every_rank(candidate, loader, comm);
     if (error.empty()) return candidate;
     notes.push_back("passed over " + candidate.string() + ": " + error);
@@ -52,14 +60,9 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::pa
     if (rank == 0) TLOG(warning) << "restart = auto passes over " << candidate.string() << ": " << error;
     reasons += "\n  " + error;
   }
-  if (!candidates.empty())
-    throw RanksFailedError(kExitBadInput, "restart = auto: none of the " + std::to_string(candidates.size()) + " checkpoints in " +
-                        folder.string() + " loads (restart = never starts the run afresh):" + reasons);
-  return std::nullopt;
-}
-
-bool starts_afresh(const std::filesystem::path& folder, const std::string& restart) {
-  return restart == "never" || (restart == "auto" && checkpoints_newest_first(folder).empty());
+  throw RanksFailedError(kExitBadInput, "restart = auto: none of the " + std::to_string(choice.candidates.size()) +
+                                            " checkpoints in " + choice.folder.string() +
+                                            " loads (restart = never starts the run afresh):" + reasons);
 }
 
 }  // namespace tandem

@@ -23,17 +23,25 @@ struct CheckpointLoader {
   std::function<void(const Checkpoint&)> load;
 };
 
-// Collective. Loads `restart` (a checkpoint path, "auto" or "never") and returns the path
-// loaded, or nothing for a fresh start. Each checkpoint passed over adds a line to `notes`
-// (and to the log as a warning). With "auto", checkpoint files none of which loads are a
-// BadInputError listing why (a fresh start would overwrite the run's record).
-std::optional<std::filesystem::path> resume_checkpoint(const std::filesystem::path& folder, const std::string& restart,
-                                                       const CheckpointLoader& loader, MPI_Comm comm,
-                                                       std::vector<std::string>& notes);
+// What `restart` (a checkpoint path, "auto" or "never") resumes from, listed once before
+// anything is loaded, so that what start-up lays out for a fresh start and what
+// resume_checkpoint loads come from the same listing.
+struct ResumeChoice {
+  std::string restart;
+  std::filesystem::path folder;
+  std::vector<std::filesystem::path> candidates;  // newest first: the named one, or the folder's under auto
 
-// Whether resume_checkpoint will start afresh, known before anything is loaded: `restart`
-// is never, or auto and the folder holds no checkpoint (one that does not load fails the
-// job rather than start it afresh).
-bool starts_afresh(const std::filesystem::path& folder, const std::string& restart);
+  // restart = never, or auto and the folder holds no checkpoint: resume_checkpoint loads
+  // nothing (one that does not load fails the job rather than start it afresh).
+  bool starts_afresh() const { return candidates.empty(); }
+};
+ResumeChoice choose_resume(const std::filesystem::path& folder, const std::string& restart);
+
+// Collective. Loads the first of the choice's candidates that every rank loads and returns
+// its path, or nothing for a fresh start. Each checkpoint passed over adds a line to
+// `notes` (and to the log as a warning). With "auto", checkpoint files none of which loads
+// are a BadInputError listing why (a fresh start would overwrite the run's record).
+std::optional<std::filesystem::path> resume_checkpoint(const ResumeChoice& choice, const CheckpointLoader& loader,
+                                                       MPI_Comm comm, std::vector<std::string>& notes);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include "driver/round_stream.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "world/log.h"
@@ -18,6 +19,7 @@ enum class Ending : int32_t { Open, Complete, BatchDecided, Stop, Failed };
 // One rank's part of the close (trainer rank 0's is all zero).
 struct CloseRecord {
   int64_t failed = 0, aborted = 0, held = 0, sent = 0;
+  double graph_setup_seconds = 0;
 };
 
 // Collective over the link: every rank's record, waiting through the stall guard.
@@ -86,8 +88,9 @@ bool EngineRound::ended() {
   return done;
 }
 
-void EngineRound::close(int64_t aborted, int64_t held) {
-  const std::vector<CloseRecord> records = gather_close(link_, {!error_.empty(), aborted, held, sent_}, {});
+void EngineRound::close(int64_t aborted, int64_t held, double graph_setup_seconds) {
+  const std::vector<CloseRecord> records =
+      gather_close(link_, {!error_.empty(), aborted, held, sent_, graph_setup_seconds}, {});
   MPI_Wait(&end_, MPI_STATUS_IGNORE);  // trainer rank 0 ends the round at the latest once the close is complete
   fail_if_any_failed(link_, records, error_);
 }
@@ -139,6 +142,7 @@ CollectedRound collect_round(MPI_Comm link, const EngineCommand& round, const Ba
     sent += record.sent;
     aborted += record.aborted;
     held += record.held;
+    collected.graph_setup_seconds = std::max(collected.graph_setup_seconds, record.graph_setup_seconds);
   }
   while (received_messages < sent) take(*receive_reply(link, true));  // sent before their close: on the way
   if (ending == Ending::Open) end_round(Ending::Complete);

@@ -5,9 +5,9 @@
 // when a stop signal or the time limit cuts the step, or when an engine fails: it tells
 // every engine, and each one aborts what it still has queued or running (Engine::abort).
 // Then every rank of the link joins the round's close, one all-gather of each engine's
-// error, aborted requests, requests still held (none) and messages sent, so trainer
-// rank 0 receives every message before the next round, knows each engine's count, and
-// an engine's error fails every rank with its message.
+// error, aborted requests, requests still held (none), graph setup seconds and messages
+// sent, so trainer rank 0 receives every message before the next round, knows each
+// engine's figures, and an engine's error fails every rank with its message.
 #pragma once
 #include <mpi.h>
 
@@ -38,9 +38,9 @@ class EngineRound {
   // Whether trainer rank 0 has ended the round (non-blocking).
   bool ended();
   // Collective over the link, once this engine is done, has aborted or failed: the
-  // requests it aborted and those it still holds. Throws RanksFailedError, on every rank
-  // of the link, when any engine failed.
-  void close(int64_t aborted, int64_t held);
+  // requests it aborted and those it still holds, and its graph setup seconds over the
+  // round. Throws RanksFailedError, on every rank of the link, when any engine failed.
+  void close(int64_t aborted, int64_t held, double graph_setup_seconds);
 
  private:
   MPI_Comm link_;
@@ -57,6 +57,7 @@ struct CollectedRound {
   std::vector<SampledGroup> groups;
   std::string stopped;                // why a stop cut the round
   std::vector<int64_t> aborted;       // requests each engine aborted, in engine order
+  double graph_setup_seconds = 0;     // the largest engine's
 };
 
 // Trainer rank 0, right after broadcasting the `round` order: collects its groups until

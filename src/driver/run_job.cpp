@@ -211,9 +211,9 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
   PhaseMemory startup_memory(*pool);
   startup_memory.begin();
   const HandoffConfig handoff_config = handoff_config_from_deck(deck);
+  const ResumeChoice resume_choice = choose_resume(folder, deck.get<std::string>("run.restart"));
   // Buffers the first handoffs would give up start unmapped: start-up holds no more than a step.
-  const std::vector<Tag> deferred =
-      deferred_at_startup(handoff_config, starts_afresh(folder, deck.get<std::string>("run.restart")));
+  const std::vector<Tag> deferred = deferred_at_startup(handoff_config, resume_choice.starts_afresh());
   for (Tag tag : deferred) pool->set_deferred(tag, true);
   // The engine allocates its own KV cache from the pool (tag kv_cache).
   const OptimizerStateStore state_store =
@@ -273,8 +273,7 @@ static int run_job_logged(const Deck& deck, MPI_Comm job_comm) {
     data_cursor = checkpoint.data_cursor();
     resumed_deck = checkpoint.deck_text();
   };
-  const std::optional<fs::path> resume_from =
-      resume_checkpoint(folder, deck.get<std::string>("run.restart"), loader, comm, resume_notes);
+  const std::optional<fs::path> resume_from = resume_checkpoint(resume_choice, loader, comm, resume_notes);
   std::vector<std::string> changed_keys;
   if (resume_from) {
     TLOG(info) << "resumed from " << resume_from->string() << " at step " << step;

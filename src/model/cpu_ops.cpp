@@ -192,12 +192,16 @@ void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Ten
   }
 }
 
-// The unfused sequence itself, so the engine's CPU path gives the same bits either way.
+// The add, then rmsnorm_forward of its result: the same bits as the two passes apart.
 void CpuOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
                                  const Tensor& weight, float eps) {
   expect_f32(hidden, "add_rmsnorm_forward", "hidden", {kAny, kAny});
   expect_f32(branch, "add_rmsnorm_forward", "branch", {hidden.shape[0], hidden.shape[1]});
-  add(hidden, hidden, branch);
+  const int64_t n = hidden.numel();
+  float* h = hidden.ptr<float>();
+  const float* b = branch.ptr<float>();
+#pragma omp parallel for schedule(static) if (n >= kCpuParallelWork)
+  for (int64_t i = 0; i < n; ++i) h[i] += b[i];
   rmsnorm_forward(out, rstd, hidden, weight, eps);
 }
 
@@ -442,17 +446,6 @@ void CpuOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tenso
     dgate.ptr<float>()[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
     dup.ptr<float>()[i] = dy[i] * g[i] * s;
   }
-}
-
-void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  expect_f32(a, "add", "a", {kAny, kAny});
-  expect_f32(b, "add", "b", {a.shape[0], a.shape[1]});
-  expect_f32(out, "add", "out", {a.shape[0], a.shape[1]});
-  const int64_t n = a.numel();
-  const float *x = a.ptr<float>(), *y = b.ptr<float>();
-  float* z = out.ptr<float>();
-#pragma omp parallel for schedule(static) if (n >= kCpuParallelWork)
-  for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
 }
 
 }  // namespace tandem

@@ -33,7 +33,9 @@ class CpuOps final : public Ops {
   void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& x, const Tensor& weight, GradWrite dx_write) override;
 
-  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) override;
+  // RoPE in place on x, the last piece of qk_norm_rope_forward here; not an Ops entry
+  // point, as the other backends rotate inside their fused kernel alone.
+  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads);
   void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) override;
   void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                             const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
@@ -50,8 +52,6 @@ class CpuOps final : public Ops {
   void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;
-
-  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
 };
 
 }  // namespace tandem

@@ -47,7 +47,6 @@ class CudaOps final : public Ops {
   void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& x, const Tensor& weight, GradWrite dx_write) override;
 
-  void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) override;
   void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) override;
   void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                             const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
@@ -64,8 +63,6 @@ class CudaOps final : public Ops {
   void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;
-
-  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
 
  private:
   cudaStream_t stream_ = nullptr;

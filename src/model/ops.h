@@ -55,16 +55,16 @@ class Ops {
   virtual void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& x, const Tensor& weight, GradWrite dx_write) = 0;
 
-  // RoPE in place on x [T, heads*head_dim], Hugging Face's rotate_half pairing (dims i and
-  // i + head_dim/2 rotate together by position * inv_freq[i]). inv_freq F32 [head_dim/2].
-  // The backward pass rotates the gradient back by the same angle (in place too).
-  virtual void rope_forward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
+  // RoPE, Hugging Face's rotate_half pairing: dims i and i + head_dim/2 of every head
+  // rotate together by position * inv_freq[i], inv_freq F32 [head_dim/2]. The forward
+  // rotation is part of qk_norm_rope_forward; the backward pass rotates the gradient dx
+  // [T, heads*head_dim] back by the same angles, in place.
   virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
   // Attention's inputs in one pass: every head of q [T, heads*head_dim] and of k [T,
   // kv_heads*head_dim] goes through per-head RMSNorm with weight q_norm / k_norm [head_dim]
-  // (Qwen3's qk_norm), then RoPE as rope_forward, into q_out and k_out (shaped as q and k;
-  // they may alias them). Without qk_norm both weights are empty (data == nullptr) and the
-  // op is rope_forward of q and of k. q_rstd F32 [T*heads] and k_rstd [T*kv_heads] receive
+  // (Qwen3's qk_norm), then RoPE, into q_out and k_out (shaped as q and k; they may alias
+  // them). Without qk_norm both weights are empty (data == nullptr) and the op is RoPE
+  // alone of q and of k. q_rstd F32 [T*heads] and k_rstd [T*kv_heads] receive
   // each head's 1/rms as rmsnorm_forward's rstd when given (training keeps them for
   // rmsnorm_backward); inference passes both empty, and they must be empty without norms.
   virtual void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
@@ -88,9 +88,6 @@ class Ops {
   virtual void swiglu_forward(const Tensor& out, const Tensor& gate_up) = 0;
   virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                                const Tensor& up) = 0;
-
-  // out = a + b (the residual stream; out may alias a).
-  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
 };
 
 }  // namespace tandem

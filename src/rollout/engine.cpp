@@ -47,14 +47,13 @@ void pad_decode_step(StepInputs& inputs, int64_t rows, int32_t padding_block, in
 Engine::Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPool& pool, const EngineOptions& options,
                const Tokenizer* tokenizer)
     : config_(config),
-      weights_(weights),
       options_(options),
       tokenizer_(tokenizer),
       max_sequence_length_(sequence_length_limit(config, options)),
       cache_(pool, cache_geometry_for(config, options), options.name + ".kv_cache"),
       backend_(make_engine_backend(pool, config, step_capacity(options, max_sequence_length_), options.name)),
-      forward_(config, backend_->ops(), backend_->attention(), pool, step_capacity(options, max_sequence_length_),
-               options.dtype, options.name + ".step_scratch"),
+      forward_(config, weights, backend_->ops(), backend_->attention(), pool,
+               step_capacity(options, max_sequence_length_), options.dtype, options.name + ".step_scratch"),
       scheduler_({options.max_running, options.max_step_tokens}, cache_.blocks(), options.block_size) {}
 
 void Engine::check(const GenerationRequest& request) const {
@@ -166,7 +165,7 @@ std::vector<Completion> Engine::step() {
   forward_.stage(inputs);
   RowSampler& sampler = backend_->sampler();
   sampler.stage(rows);
-  backend_->run(graph, [&] { sampler.launch(forward_.run(weights_, cache_)); });
+  backend_->run(graph, [&] { sampler.launch(forward_.run(cache_)); });
   const std::span<const SampledToken> sampled = sampler.results();
   ++stats_.steps;
   stats_.forward_tokens += forward_tokens;

@@ -92,7 +92,6 @@ class Engine {
   int64_t graph_bucket(int64_t sequences) const;
 
   ModelConfig config_;
-  ParameterSet weights_;
   EngineOptions options_;
   const Tokenizer* tokenizer_;
   int64_t max_sequence_length_;

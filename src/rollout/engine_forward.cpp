@@ -14,9 +14,11 @@ namespace {
 
 }  // namespace
 
-EngineForward::EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool,
-                             StepCapacity capacity, DType dtype, const std::string& name)
+EngineForward::EngineForward(const ModelConfig& config, const ParameterSet& weights, Ops& ops,
+                             PagedAttention& attention, MemoryPool& pool, StepCapacity capacity, DType dtype,
+                             const std::string& name)
     : config_(config),
+      params_(weights),
       ops_(ops),
       attention_(attention),
       pool_(pool),
@@ -24,6 +26,15 @@ EngineForward::EngineForward(const ModelConfig& config, Ops& ops, PagedAttention
       dtype_(dtype),
       inv_freq_(config.rope_inv_freq()) {
   config_.validate();
+  if (static_cast<int>(weights.layers.size()) != config_.layers)
+    throw std::invalid_argument("EngineForward: the weights were laid out for another model config");
+  for (const LayerParameters& p : weights.layers) {
+    // A bias lies between its projection and the next one in the layout; weights laid
+    // apart elsewhere could still meet, and one GEMM would then drop the biases.
+    const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
+    stacked_.push_back({biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}),
+                        stacked_weights({p.gate_proj, p.up_proj})});
+  }
   if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)
     throw std::invalid_argument("EngineForward: capacity needs 1 <= max_sequences <= max_tokens and max_blocks >= 1");
   size_t bytes = 0, inputs_bytes = 0;
@@ -47,6 +58,12 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   };
   const int64_t T = capacity_.max_tokens, B = capacity_.max_sequences, C = config_.hidden;
   const int64_t QD = config_.q_dim(), KD = config_.kv_dim(), I = config_.intermediate;
+  const auto qkv_stacked = [](const StackedWeights& layer) { return layer.qkv_proj.data != nullptr; };
+  // Each q|k|v path's own buffers, only where some layer takes that path: the stacked
+  // one's GEMM output, the separate one's k and v and their normed copies (~10 KB a
+  // token at the Qwen3-0.6B shape).
+  const bool one_gemm = std::ranges::any_of(stacked_, qkv_stacked);
+  const bool apart = !std::ranges::all_of(stacked_, qkv_stacked);
   Scratch s;
   s.token_ids = take(DType::I32, {T});
   s.positions = take(DType::I32, {T});
@@ -61,13 +78,15 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   s.rstd = take(DType::F32, {T});
   s.hidden = take(dtype_, {T, C});
   s.normed = take(dtype_, {T, C});
-  s.qkv = take(dtype_, {T, QD + 2 * KD});
+  if (one_gemm) s.qkv = take(dtype_, {T, QD + 2 * KD});
   s.q = take(dtype_, {T, QD});
-  s.k = take(dtype_, {T, KD});
-  s.v = take(dtype_, {T, KD});
-  if (config_.qk_norm) {
-    s.q_normed = take(dtype_, {T, QD});
-    s.k_normed = take(dtype_, {T, KD});
+  if (apart) {
+    s.k = take(dtype_, {T, KD});
+    s.v = take(dtype_, {T, KD});
+    if (config_.qk_norm) {
+      s.q_normed = take(dtype_, {T, QD});
+      s.k_normed = take(dtype_, {T, KD});
+    }
   }
   s.attention = take(dtype_, {T, QD});
   s.branch = take(dtype_, {T, C});
@@ -114,11 +133,9 @@ void EngineForward::stage(const StepInputs& step) {
   staged_sequences_ = B;
 }
 
-Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
+Tensor EngineForward::run(const KvCache& cache) {
   const int64_t T = staged_tokens_, B = staged_sequences_;
   if (B < 1) bad_step("run() without a staged step");
-  if (static_cast<int>(params.layers.size()) != config_.layers)
-    bad_step("the parameters were laid out for another model config");
   const KvCacheGeometry& geometry = cache.geometry();
   if (geometry.layers != config_.layers || geometry.kv_dim != config_.kv_dim())
     bad_step("the KV cache was laid out for another model config");
@@ -132,22 +149,24 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
   const float eps = static_cast<float>(config_.rms_eps);
   const int H = config_.heads, KV = config_.kv_heads;
   const Tensor hidden = rows(s.hidden), normed = rows(s.normed), branch = rows(s.branch), rstd = rows(s.rstd);
-  const Tensor qkv = rows(s.qkv), q = rows(s.q), k = rows(s.k), v = rows(s.v), attention = rows(s.attention);
+  const Tensor q = rows(s.q), attention = rows(s.attention);
   const Tensor gate_up = rows(s.gate_up), gate = rows(s.gate), up = rows(s.up), mlp = rows(s.mlp);
-  ops_.embedding_forward(hidden, params.embed_tokens, ids);
+  ops_.embedding_forward(hidden, params_.embed_tokens, ids);
   // Each residual add also applies the norm that reads its result next (fewer kernels:
   // at decode sizes their start-up and drain cost more than their work).
-  ops_.rmsnorm_forward(normed, rstd, hidden, params.layers[0].input_norm, eps);
+  ops_.rmsnorm_forward(normed, rstd, hidden, params_.layers[0].input_norm, eps);
   for (int l = 0; l < config_.layers; ++l) {
-    const LayerParameters& p = params.layers[l];
-    const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
+    const LayerParameters& p = params_.layers[l];
+    const StackedWeights& stacked = stacked_[l];
     // Without qk_norm the norm weights are empty and q, k only rotate.
     Tensor q_in = q;
-    if (const Tensor qkv_proj = biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}); qkv_proj.data) {
-      ops_.matmul_forward(qkv, normed, qkv_proj, Tensor{});
+    if (stacked.qkv_proj.data) {
+      const Tensor qkv = rows(s.qkv);
+      ops_.matmul_forward(qkv, normed, stacked.qkv_proj, Tensor{});
       attention_.store_qkv(q, cache.keys(l), cache.values(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq,
                            batch.slots, H, KV, eps);
     } else {
+      const Tensor k = rows(s.k), v = rows(s.v);
       ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
       ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
       ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
@@ -161,8 +180,8 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
     ops_.add_rmsnorm_forward(normed, rstd, hidden, branch, p.post_attention_norm, eps);
 
-    if (const Tensor gate_up_proj = stacked_weights({p.gate_proj, p.up_proj}); gate_up_proj.data) {
-      ops_.matmul_forward(gate_up, normed, gate_up_proj, Tensor{});
+    if (stacked.gate_up_proj.data) {
+      ops_.matmul_forward(gate_up, normed, stacked.gate_up_proj, Tensor{});
       ops_.swiglu_forward(mlp, gate_up);
     } else {
       ops_.matmul_forward(gate, normed, p.gate_proj, Tensor{});
@@ -172,7 +191,7 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
     ops_.matmul_forward(branch, mlp, p.down_proj, Tensor{});
     const bool last_layer = l + 1 == config_.layers;
     ops_.add_rmsnorm_forward(normed, rstd, hidden, branch,
-                             last_layer ? params.final_norm : params.layers[l + 1].input_norm, eps);
+                             last_layer ? params_.final_norm : params_.layers[l + 1].input_norm, eps);
   }
   // The embedding lookup doubles as a row gather: each sequence's last new token, already
   // through the final norm (every row went through it: one kernel fewer than a gather of
@@ -180,7 +199,7 @@ Tensor EngineForward::run(const ParameterSet& params, const KvCache& cache) {
   const Tensor last_normed = first_rows(s.last_normed, B);
   ops_.embedding_forward(last_normed, normed, last);
   const Tensor logits = first_rows(s.logits, B);
-  ops_.matmul_forward(logits, last_normed, params.lm_head, Tensor{});
+  ops_.matmul_forward(logits, last_normed, params_.lm_head, Tensor{});
   return logits;
 }
 

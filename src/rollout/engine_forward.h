@@ -46,9 +46,11 @@ struct StepInputs {
 class EngineForward {
  public:
   // Scratch for `capacity` comes from the pool under tags::kv_cache: like the cache, its
-  // contents live for one step and it can be dropped whenever the cache is.
-  EngineForward(const ModelConfig& config, Ops& ops, PagedAttention& attention, MemoryPool& pool, StepCapacity capacity,
-                DType dtype, const std::string& name);
+  // contents live for one step and it can be dropped whenever the cache is. It holds the
+  // buffers of the q|k|v paths that `weights` take, so their layout is fixed from here
+  // on (weights that move between offloads come back to the same addresses).
+  EngineForward(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention,
+                MemoryPool& pool, StepCapacity capacity, DType dtype, const std::string& name);
   ~EngineForward();
   EngineForward(const EngineForward&) = delete;
   EngineForward& operator=(const EngineForward&) = delete;
@@ -61,11 +63,7 @@ class EngineForward {
   // The staged step's device work, kernels only (a CUDA graph can capture it): writes the
   // new tokens' keys and values into `cache` and returns the logits of each sequence's
   // last new token, [B, vocab] in the working dtype, in the backend's memory.
-  Tensor run(const ParameterSet& params, const KvCache& cache);
-  Tensor forward(const ParameterSet& params, const KvCache& cache, const StepInputs& step) {
-    stage(step);
-    return run(params, cache);
-  }
+  Tensor run(const KvCache& cache);
 
  private:
   struct Scratch {
@@ -78,7 +76,15 @@ class EngineForward {
   // first, so one copy of [0, inputs_bytes) stages them all.
   Scratch bind(void* base, Device device, size_t* bytes, size_t* inputs_bytes) const;
 
+  // Each layer's weights that lie end to end (model/parameters.h: stacked_weights), seen
+  // as one matrix; empty where the layer takes the separate GEMMs.
+  struct StackedWeights {
+    Tensor qkv_proj, gate_up_proj;
+  };
+
   ModelConfig config_;
+  ParameterSet params_;
+  std::vector<StackedWeights> stacked_;
   Ops& ops_;
   PagedAttention& attention_;
   MemoryPool& pool_;

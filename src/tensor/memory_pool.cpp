@@ -296,14 +296,10 @@ class TaggedMemoryPool final : public MemoryPool {
     filler_ = std::jthread([this](std::stop_token stop) { fill_from_queue(stop); });
   }
 
-  void wait_for_host_cache_fill() override {
-    std::unique_lock lock(mutex_);
-    cache_changed_.wait(lock, [&] { return !filler_running_; });
-  }
+  void wait_for_host_cache_fill() override { lock_once_filled(); }
 
   size_t trim_host_cache() override {
-    std::unique_lock lock(mutex_);
-    cache_changed_.wait(lock, [&] { return !filler_running_; });
+    const std::unique_lock lock = lock_once_filled();
     return free_host_cache();
   }
 
@@ -363,6 +359,13 @@ class TaggedMemoryPool final : public MemoryPool {
   void remove_device(Tag tag, size_t bytes) {
     ledgers_[tag.id].device.remove(bytes);
     device_total_.remove(bytes);
+  }
+
+  // The pool's lock, taken once the filler has allocated (or failed) all it was given.
+  std::unique_lock<std::mutex> lock_once_filled() {
+    std::unique_lock lock(mutex_);
+    cache_changed_.wait(lock, [&] { return !filler_running_; });
+    return lock;
   }
 
   // The filler: allocates the queued capacities one by one, outside the pool's lock (an

@@ -119,10 +119,23 @@ __global__ void __launch_bounds__(kScalarThreads)
   if (lane == 0) lse[row] = max + logf(sum);
 }
 
+// rowsum(dO∘O) of every (token, head) row, the term each dS subtracts, for both kernels below.
+template <class Element>
+__global__ void __launch_bounds__(kScalarThreads)
+    row_dot_rows(float* row_dots, const Element* dout, const Element* out, Geometry geo) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
+  float d[kLaneDims];
+  load_lanes(d, dout + row * geo.head_dim, geo.head_dim, lane);
+  const float dot = lanes_dot(d, out + row * geo.head_dim, geo.head_dim, lane);
+  if (lane == 0) row_dots[row] = dot;
+}
+
 // dq[t] = Σ_j dS_tj k_j over the keys t sees, with dS = P ∘ (dP − rowsum(dO∘O)) · scale.
 template <class Element>
 __global__ void __launch_bounds__(kScalarThreads)
-    backward_query_rows(Element* dq, const Element* dout, const Element* out, const float* lse, const Element* q,
+    backward_query_rows(Element* dq, const Element* dout, const float* row_dots, const float* lse, const Element* q,
                         const Element* k, const Element* v, const int* cu_seqlens, Geometry geo) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -135,7 +148,7 @@ __global__ void __launch_bounds__(kScalarThreads)
   float qi[kLaneDims], doi[kLaneDims], acc[kLaneDims] = {};
   load_lanes(qi, q + t * q_stride + h * D, D, lane);
   load_lanes(doi, dout + t * q_stride + h * D, D, lane);
-  const float dot_out = lanes_dot(doi, out + t * q_stride + h * D, D, lane), row_lse = lse[row];
+  const float dot_out = row_dots[row], row_lse = lse[row];
   for (int j = span.start; j <= t; ++j) {
     const Element* kj = k + j * kv_stride + kv_head * D;
     const float p = expf(lanes_dot(qi, kj, D, lane) * geo.scale - row_lse);
@@ -151,7 +164,7 @@ __global__ void __launch_bounds__(kScalarThreads)
 // and over every query head of j's group: each warp owns its key row, so no atomics.
 template <class Element>
 __global__ void __launch_bounds__(kScalarThreads)
-    backward_key_rows(Element* dk, Element* dv, const Element* dout, const Element* out, const float* lse,
+    backward_key_rows(Element* dk, Element* dv, const Element* dout, const float* row_dots, const float* lse,
                       const Element* q, const Element* k, const Element* v, const int* cu_seqlens, Geometry geo) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -168,13 +181,9 @@ __global__ void __launch_bounds__(kScalarThreads)
     for (int t = j; t < span.end; ++t) {
       const Element* qt = q + t * q_stride + h * D;
       const Element* dot_row = dout + t * q_stride + h * D;
-      const Element* out_row = out + t * q_stride + h * D;
-      const float p = expf(lanes_dot(kj, qt, D, lane) * geo.scale - lse[static_cast<int64_t>(t) * geo.heads + h]);
-      float dot_out = 0;
-#pragma unroll
-      for (int i = 0; i < kLaneDims; ++i)
-        if (lane + 32 * i < D) dot_out += to_float(dot_row[lane + 32 * i]) * to_float(out_row[lane + 32 * i]);
-      const float dscore = p * (lanes_dot(vj, dot_row, D, lane) - warp_sum(dot_out)) * geo.scale;
+      const int64_t index = static_cast<int64_t>(t) * geo.heads + h;
+      const float p = expf(lanes_dot(kj, qt, D, lane) * geo.scale - lse[index]);
+      const float dscore = p * (lanes_dot(vj, dot_row, D, lane) - row_dots[index]) * geo.scale;
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) {
         if (lane + 32 * i >= D) continue;
@@ -297,10 +306,11 @@ __device__ inline float dot8(const bf16* a, const bf16* b) {
 }
 
 struct SequenceTile {
-  int start;   // first token of the sequence
-  int length;  // its tokens
-  int tile;    // the block's tile within it, in launch order
-  int tiles;   // the sequence's tiles of kTile rows
+  int start;             // first token of the sequence
+  int length;            // its tokens
+  int tile;              // the block's tile within it, in launch order
+  int tiles;             // the sequence's tiles of kTile rows
+  int64_t pairs_before;  // (query tile, key tile <= it) pairs of the sequences before it
 };
 
 // Maps a flat block index onto (sequence, tile) from cu_seqlens on the device: the grid
@@ -312,6 +322,7 @@ __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tok
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     int before = 0;  // tiles of the sequences already scanned
+    int64_t pairs_before = 0;
     bool any = false;
     for (int base = 0; base < sequences && !any; base += 32) {
       const int s = base + lane;
@@ -327,11 +338,19 @@ __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tok
         const int lower = __shfl_up_sync(kFullMask, through, offset);
         if (lane >= offset) through += lower;
       }
+      const int64_t pairs = static_cast<int64_t>(tiles) * (tiles + 1) / 2;
+      int64_t pairs_through = pairs;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int64_t lower = __shfl_up_sync(kFullMask, pairs_through, offset);
+        if (lane >= offset) pairs_through += lower;
+      }
       const int first = before + through - tiles;
       const bool mine = index >= first && index < first + tiles;
-      if (mine) slot = {start, length, index - first, tiles};
+      if (mine) slot = {start, length, index - first, tiles, pairs_before + pairs_through - pairs};
       any = __ballot_sync(kFullMask, mine) != 0;
       before += __shfl_sync(kFullMask, through, 31);
+      pairs_before += __shfl_sync(kFullMask, pairs_through, 31);
     }
     if (lane == 0) hit = any;
   }
@@ -449,14 +468,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Where the dS tile of (query tile qt, key tile kt <= qt) of head h sits in the scratch:
+// sequence after sequence, then query tile, key tile and head.
+__device__ inline int64_t score_tile_slot(const SequenceTile& where, int qt, int kt, int heads, int h) {
+  return (where.pairs_before + static_cast<int64_t>(qt) * (qt + 1) / 2 + kt) * heads + h;
+}
+
+constexpr int kScoreTileElements = kTile * kTile;
+constexpr int kDotThreads = 256;
+
+// rowsum(dO∘O) of every (token, head) row, the term each dS = P∘(dP − rowsum) subtracts:
+// once here, where every tile that sees a row would otherwise sum it again. Teams of up to
+// 8 lanes per row, 16-byte loads.
+template <int D>
+__global__ void __launch_bounds__(kDotThreads)
+    row_dot_tiles(float* row_dots, const bf16* dout, const bf16* out, int64_t rows) {
+  constexpr int chunks = D / 8, lanes = chunks < 8 ? chunks : 8;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / lanes;
+  const int lane = threadIdx.x % lanes;
+  float part = 0;
+  if (row < rows)
+    for (int c = lane; c < chunks; c += lanes) part += dot8(dout + row * D + c * 8, out + row * D + c * 8);
+#pragma unroll
+  for (int offset = lanes / 2; offset > 0; offset >>= 1) part += __shfl_xor_sync(kFullMask, part, offset);
+  if (row < rows && lane == 0) row_dots[row] = part;
+}
+
 template <int D>
 constexpr int query_shared_bytes = 6 * TileLayout<D>::bytes;  // Q, dO; K and V twice
 
-// dq for one tile of 64 queries of one head: loops over the key tiles its rows see.
+// dq for one tile of 64 queries of one head: loops over the key tiles its rows see,
+// recomputing P and dS (three products a key tile).
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    backward_query_tiles(bf16* dq, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
-                         const bf16* v, const int* cu_seqlens, Geometry geo) {
+    backward_query_tiles(bf16* dq, const bf16* dout, const float* row_dots, const float* lse, const bf16* q,
+                         const bf16* k, const bf16* v, const int* cu_seqlens, Geometry geo) {
   extern __shared__ __align__(16) unsigned char shared[];
   SequenceTile where;
   if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
@@ -483,23 +529,14 @@ __global__ void __launch_bounds__(kThreads)
   copy_async_commit();
 
   // Statistics of this lane's rows (g and g+8): lse in log2 units (+inf past the sequence,
-  // so those rows get P = 0) and rowsum(dO∘O), two lanes per row with 16-byte loads.
+  // so those rows get P = 0) and rowsum(dO∘O).
   float row_lse[2], row_dot[2];
-  {
-    const int row = q0 + warp * 16 + lane / 2;
-    float part = 0;
-    if (row < where.length) {
-      const bf16* a = dout + (where.start + row) * q_stride + h * D;
-      const bf16* b = out + (where.start + row) * q_stride + h * D;
-      for (int c = lane % 2; c < D / 8; c += 2) part += dot8(a + c * 8, b + c * 8);
-    }
-    part += __shfl_xor_sync(kFullMask, part, 1);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int mine = lane / 4 + 8 * half, r = q0 + warp * 16 + mine;
-      row_dot[half] = __shfl_sync(kFullMask, part, 2 * mine);
-      row_lse[half] = r < where.length ? lse[static_cast<int64_t>(where.start + r) * geo.heads + h] * kLog2e : INFINITY;
-    }
+  for (int half = 0; half < 2; ++half) {
+    const int r = q0 + warp * 16 + lane / 4 + 8 * half;
+    const int64_t index = static_cast<int64_t>(where.start + r) * geo.heads + h;
+    row_lse[half] = r < where.length ? lse[index] * kLog2e : INFINITY;
+    row_dot[half] = r < where.length ? row_dots[index] : 0.f;
   }
 
   float dq_acc[D / 8][4] = {};
@@ -537,18 +574,102 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int D>
+constexpr int stored_query_shared_bytes = 2 * TileLayout<D>::bytes;  // K twice
+
+// A score tile in the scratch is in fragment order: backward_key_tiles' warp w writes its
+// A operand kk of dSᵀ (keys 16w.., queries 16kk..) as 32 lanes × 16 bytes at
+// (4w + kk)·32 + lane, one coalesced 512-byte store.
+__device__ inline int score_fragment(int key_chunk, int query_chunk, int lane) {
+  return (key_chunk * (kTile / 16) + query_chunk) * 32 + lane;
+}
+
+__device__ inline unsigned transpose_8x8(unsigned x) {
+  unsigned y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// The A operand of dS (16 queries × 16 keys) from the stored operand of dSᵀ over the same
+// keys and queries: each 8×8 block transposed in registers, the off-diagonal two swapped.
+__device__ inline void score_operand(unsigned (&a)[4], const uint4& stored) {
+  a[0] = transpose_8x8(stored.x);
+  a[1] = transpose_8x8(stored.z);
+  a[2] = transpose_8x8(stored.y);
+  a[3] = transpose_8x8(stored.w);
+}
+
+// dq for one tile of 64 queries of one head from the dS tiles backward_key_tiles stored:
+// one product a key tile (dq += dS·K) where recomputing dS takes three. The dS operands
+// go from global memory straight to registers, a key tile ahead.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_query_tiles_stored(bf16* dq, const bf16* k, const bf16* score_grads, int64_t score_capacity,
+                                const int* cu_seqlens, Geometry geo) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  SequenceTile where;
+  if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
+  const int query_tile = where.tiles - 1 - where.tile, q0 = query_tile * kTile;
+  const int h = blockIdx.y, kv_head = h / (geo.heads / geo.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
+  const int key_end = min(q0 + kTile, where.length);
+
+  constexpr int elements = TileLayout<D>::elements;
+  bf16* k_tiles = reinterpret_cast<bf16*>(shared);
+  const bf16* k_src = k + where.start * kv_stride + kv_head * D;
+  const auto load_k = [&](int n, int stage) {
+    load_tile<D>(k_tiles + stage * elements, k_src + n * kTile * kv_stride, kv_stride, min(kTile, key_end - n * kTile));
+    copy_async_commit();
+  };
+  const auto load_scores = [&](int n, uint4 (&stored)[kTile / 16]) {
+    // Slots past the scratch come only from a cu_seqlens that breaks the rules: zeros.
+    const int64_t slot = score_tile_slot(where, query_tile, n, geo.heads, h);
+    const uint4* tile = reinterpret_cast<const uint4*>(score_grads) + slot * (kScoreTileElements / 8);
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk)
+      stored[kk] = slot < score_capacity ? tile[score_fragment(kk, warp, lane)] : make_uint4(0, 0, 0, 0);
+  };
+  load_k(0, 0);
+  uint4 next[kTile / 16];
+  load_scores(0, next);
+
+  float dq_acc[D / 8][4] = {};
+  for (int n = 0; n <= query_tile; ++n) {
+    const int stage = n & 1;
+    unsigned ds_a[kTile / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) score_operand(ds_a[kk], next[kk]);
+    if (n < query_tile) {
+      load_k(n + 1, stage ^ 1);
+      load_scores(n + 1, next);
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    __syncthreads();
+    accumulate_product<D>(dq_acc, ds_a, k_tiles + stage * elements, lane);
+    __syncthreads();
+  }
+  store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
+}
+
+template <int D>
 struct KeyTileShared {
   static constexpr int tiles = 2 + 2 * 2;  // K, V; Q and dO twice
-  static constexpr int bytes = tiles * TileLayout<D>::bytes + 3 * kTile * static_cast<int>(sizeof(float));
+  static constexpr int bytes = tiles * TileLayout<D>::bytes + 4 * kTile * static_cast<int>(sizeof(float));
 };
 
 // dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
 // group and every query tile that sees these keys, so the sums over GQA heads and queries
-// stay in registers and each gradient row is written by one thread, once.
+// stay in registers and each gradient row is written by one thread, once. With
+// score_grads, each item's dS tile is stored there too (transposed: key rows), for
+// backward_query_tiles_stored.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    backward_key_tiles(bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
-                       const bf16* k, const bf16* v, const int* cu_seqlens, Geometry geo) {
+    backward_key_tiles(bf16* dk, bf16* dv, bf16* score_grads, int64_t score_capacity, const bf16* dout,
+                       const float* row_dots,
+                       const float* lse, const bf16* q, const bf16* k, const bf16* v, const int* cu_seqlens,
+                       Geometry geo) {
   extern __shared__ __align__(16) unsigned char shared[];
   SequenceTile where;
   if (!find_sequence_tile(cu_seqlens, geo.sequences, geo.tokens, blockIdx.x, where)) return;
@@ -564,8 +685,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* k_tile = reinterpret_cast<bf16*>(shared);
   bf16* v_tile = k_tile + elements;
   bf16* staged = v_tile + elements;  // stage s: Q at staged + 2s·elements, then dO
-  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile], log2 units
-  float* dot_rows = lse_rows + 2 * kTile;                              // [kTile], rowsum(dO∘O)
+  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile]
+  float* dot_rows = lse_rows + 2 * kTile;                              // [2][kTile], rowsum(dO∘O)
   const int64_t key_row0 = where.start + key0;
   load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
   load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
@@ -578,8 +699,11 @@ __global__ void __launch_bounds__(kThreads)
     bf16* tiles = staged + 2 * stage * elements;
     load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
     load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
-    for (int r = threadIdx.x; r < kTile; r += kThreads)
-      copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + (row0 + r) * geo.heads + h : lse, r < rows);
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      const int64_t index = (row0 + r) * geo.heads + h;
+      copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + index : lse, r < rows);
+      copy_async_4(dot_rows + stage * kTile + r, r < rows ? row_dots + index : row_dots, r < rows);
+    }
     copy_async_commit();
   };
   load_item(0, 0);  // in one group with K and V
@@ -596,25 +720,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const bf16* q_staged = staged + 2 * stage * elements;
     const bf16* dout_staged = q_staged + elements;
-    float* lse_stage = lse_rows + stage * kTile;
-    // Row statistics of the query tile, two threads per row: rowsum(dO∘O) (O straight from
-    // global memory: staging it would cost the shared memory of a second block per SM) and
-    // the log-sum-exp in log2 units, +inf past the sequence so that those rows get P = 0.
-    {
-      const int r = threadIdx.x / 2, query = q0 + r;
-      float part = 0;
-      if (query < where.length) {
-        const bf16* o_row = out + (where.start + query) * q_stride + h * D;
-        const bf16* dout_row = dout_staged + r * TileLayout<D>::stride;
-        for (int c = threadIdx.x % 2; c < D / 8; c += 2) part += dot8(o_row + c * 8, dout_row + c * 8);
-      }
-      part += __shfl_xor_sync(kFullMask, part, 1);
-      if (threadIdx.x % 2 == 0) {
-        dot_rows[r] = part;
-        lse_stage[r] = query < where.length ? lse_stage[r] * kLog2e : INFINITY;
-      }
-    }
-    __syncthreads();
+    const float* lse_stage = lse_rows + stage * kTile;
+    const float* dot_stage = dot_rows + stage * kTile;
 
     // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
     unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
@@ -629,13 +736,20 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < 4; ++i) {
           const int column = nt * 8 + 2 * (lane % 4) + i % 2;
           const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + column;
-          const float prob =
-              diagonal && query < key ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column]));
+          // Queries past the sequence, and future ones on the diagonal, get P = 0.
+          const bool hidden = query >= where.length || (diagonal && query < key);
+          const float prob = hidden ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column] * kLog2e));
           p[nt][i] = prob;
-          ds[nt][i] = prob * (ds[nt][i] - dot_rows[column]) * geo.scale;
+          ds[nt][i] = prob * (ds[nt][i] - dot_stage[column]) * geo.scale;
         }
       as_a_operands(p_a, p);
       as_a_operands(ds_a, ds);
+    }
+    if (const int64_t slot = score_tile_slot(where, q0 / kTile, where.tile, geo.heads, h); slot < score_capacity) {
+      uint4* tile = reinterpret_cast<uint4*>(score_grads) + slot * (kScoreTileElements / 8);
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk)
+        tile[score_fragment(warp, kk, lane)] = make_uint4(ds_a[kk][0], ds_a[kk][1], ds_a[kk][2], ds_a[kk][3]);
     }
     accumulate_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
     accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
@@ -725,6 +839,14 @@ Element* mutable_data(const Tensor& t) {
   return static_cast<Element*>(t.data);
 }
 
+// More dS tiles than any packing of these tokens into these sequences gives: n(n+1)/2
+// tiles a sequence of n tiles, which grows fastest with all tokens in one sequence (plus
+// one tile for each other sequence's rounding).
+int64_t score_tiles_needed(const Geometry& geo) {
+  const int64_t longest = (static_cast<int64_t>(geo.tokens) + kTile - 1) / kTile;
+  return (longest * (longest + 1) / 2 + geo.sequences - 1) * geo.heads;
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -754,7 +876,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& cu_seqlens, int heads, int kv_heads, cudaStream_t stream) {
+                        const Tensor& cu_seqlens, int heads, int kv_heads, const AttentionScratch& scratch,
+                        cudaStream_t stream) {
   const char* op = "cuda::attention_backward";
   const Geometry geo = check_shared_args(op, out, lse, q, k, v, cu_seqlens, heads, kv_heads);
   for (const auto& [tensor, name] : {std::pair{&dq, "dq"}, {&dout, "dout"}})
@@ -762,30 +885,55 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   for (const auto& [tensor, name] : {std::pair{&dk, "dk"}, {&dv, "dv"}})
     check_op_arg(*tensor, op, name, Device::CUDA, {q.dtype},
                  {geo.tokens, static_cast<int64_t>(kv_heads) * geo.head_dim});
+  check_op_arg(scratch.row_dots, op, "scratch.row_dots", Device::CUDA, {DType::F32}, {geo.tokens, heads});
+  if (scratch.score_grads.data)
+    check_op_arg(scratch.score_grads, op, "scratch.score_grads", Device::CUDA, {DType::BF16}, {kAnyExtent});
   if (geo.tokens == 0) return;
   const int* cu = data<int>(cu_seqlens);
+  float* row_dots = mutable_data<float>(scratch.row_dots);
+  const int64_t rows = static_cast<int64_t>(geo.tokens) * heads;
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
-    allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
-    backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
-        mutable_data<bf16>(dq), data<bf16>(dout), data<bf16>(out), data<float>(lse), data<bf16>(q), data<bf16>(k),
-        data<bf16>(v), cu, geo);
+    constexpr int lanes = D / 8 < 8 ? D / 8 : 8;
+    row_dot_tiles<D><<<static_cast<unsigned>((rows * lanes + kDotThreads - 1) / kDotThreads), kDotThreads, 0,
+                       stream>>>(row_dots, data<bf16>(dout), data<bf16>(out), rows);
     check_launch(op);
+    // Room for every dS tile: the key-tile kernel stores them and dq takes one product a
+    // tile from them; otherwise dq recomputes them (three products a tile).
+    const int64_t score_tiles = scratch.score_grads.numel() / kScoreTileElements;
+    const bool stored = scratch.score_grads.data && score_tiles >= score_tiles_needed(geo) &&
+                        reinterpret_cast<uintptr_t>(scratch.score_grads.data) % 16 == 0;
+    bf16* score_grads = mutable_data<bf16>(scratch.score_grads);
+    allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
     backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
-        mutable_data<bf16>(dk), mutable_data<bf16>(dv), data<bf16>(dout), data<bf16>(out), data<float>(lse),
+        mutable_data<bf16>(dk), mutable_data<bf16>(dv), score_grads, stored ? score_tiles : 0, data<bf16>(dout),
+        row_dots, data<float>(lse),
         data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+    check_launch(op);
+    if (stored) {
+      allow_shared(backward_query_tiles_stored<D>, stored_query_shared_bytes<D>);
+      backward_query_tiles_stored<D><<<tile_grid(geo, heads), kThreads, stored_query_shared_bytes<D>, stream>>>(
+          mutable_data<bf16>(dq), data<bf16>(k), score_grads, score_tiles, cu, geo);
+    } else {
+      allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
+      backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
+          mutable_data<bf16>(dq), data<bf16>(dout), row_dots, data<float>(lse), data<bf16>(q), data<bf16>(k),
+          data<bf16>(v), cu, geo);
+    }
   });
   if (!tiled) {
     const auto launch = [&](auto element) {
       using Element = decltype(element);
+      row_dot_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(row_dots, data<Element>(dout),
+                                                                                  data<Element>(out), geo);
+      check_launch(op);
       backward_query_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(
-          mutable_data<Element>(dq), data<Element>(dout), data<Element>(out), data<float>(lse), data<Element>(q),
+          mutable_data<Element>(dq), data<Element>(dout), row_dots, data<float>(lse), data<Element>(q),
           data<Element>(k), data<Element>(v), cu, geo);
       check_launch(op);
       backward_key_rows<Element><<<row_blocks(geo, kv_heads), kScalarThreads, 0, stream>>>(
-          mutable_data<Element>(dk), mutable_data<Element>(dv), data<Element>(dout), data<Element>(out),
-          data<float>(lse), data<Element>(q), data<Element>(k), data<Element>(v), cu, geo);
+          mutable_data<Element>(dk), mutable_data<Element>(dv), data<Element>(dout), row_dots, data<float>(lse),
+          data<Element>(q), data<Element>(k), data<Element>(v), cu, geo);
     };
     if (q.dtype == DType::BF16) launch(bf16{});
     else launch(float{});

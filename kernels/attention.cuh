@@ -11,9 +11,12 @@
 //
 // Two paths, chosen per call:
 // - BF16 with head_dim 16, 32, 64 or 128 and 16-byte aligned tensors: flash-attention 2
-//   tiles on the tensor cores (mma.sync m16n8k16), T×T scores never stored. Backward runs
-//   two kernels, both deterministic (no atomics): one per key tile for dk/dv, one per
-//   query tile for dq, each recomputing the probabilities from lse.
+//   tiles on the tensor cores (mma.sync m16n8k16), T×T scores never kept past a call.
+//   Backward runs three kernels, all deterministic (no atomics): rowsum(dO∘O) into
+//   scratch.row_dots, one per key tile for dk/dv (recomputing the probabilities from lse),
+//   then one per query tile for dq. When scratch.score_grads has room for the dS tiles of
+//   any packing of the call's tokens (64×64 BF16 tiles, about heads·T² bytes), the key-tile
+//   kernel stores them there and dq is one product a tile; otherwise dq recomputes them.
 // - Anything else (F32, other head sizes up to 256): one warp per row, scalar FP32 math.
 //
 // cu_seqlens values are not read on the host (no synchronisation): they must follow the
@@ -22,6 +25,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "model/ops.h"
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -31,6 +35,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& cu_seqlens, int heads, int kv_heads, cudaStream_t stream);
+                        const Tensor& cu_seqlens, int heads, int kv_heads, const AttentionScratch& scratch,
+                        cudaStream_t stream);
 
 }  // namespace tandem::cuda

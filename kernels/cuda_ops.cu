@@ -90,8 +90,9 @@ void CudaOps::attention_forward(const Tensor& out, const Tensor& lse, const Tens
 }
 void CudaOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                  const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {
-  cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, heads, kv_heads, stream_);
+                                 const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads,
+                                 const AttentionScratch& scratch) {
+  cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, heads, kv_heads, scratch, stream_);
 }
 void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::swiglu_forward(out, gate, up, stream_);

@@ -186,15 +186,30 @@ struct Problem {
                            host_view(dv, {tokens, kv_width()}), host_view(dout, {tokens, q_width()}),
                            host_view(out, {tokens, q_width()}), host_view(lse, {tokens, shape.heads}),
                            host_view(q, {tokens, q_width()}), host_view(k, {tokens, kv_width()}),
-                           host_view(v, {tokens, kv_width()}), cu_t, shape.heads, shape.kv_heads);
+                           host_view(v, {tokens, kv_width()}), cu_t, shape.heads, shape.kv_heads, {});
   }
 };
 
-// The problem's tensors on the device; gradients start as NaN, which the backward pass
-// must overwrite in every element.
+// What backward gets as its dS scratch: room for the tiles of any packing of the batch
+// (dq from the stored tiles), one tile short of that, or none (both: dq recomputes them).
+enum class ScoreScratch { room, one_short, none };
+
+constexpr int64_t kScoreTile = 64 * 64;
+
+// The bound kernels/attention.cu sizes the scratch by: a sequence of n 64-row tiles has
+// n(n+1)/2 tiles of dS a head, most with every token in one sequence.
+int64_t score_scratch_elements(const Problem& p) {
+  const int64_t longest = (p.tokens + 63) / 64, sequences = static_cast<int64_t>(p.cu_seqlens.size()) - 1;
+  return (longest * (longest + 1) / 2 + sequences - 1) * p.shape.heads * kScoreTile;
+}
+
+constexpr uint16_t kBf16Nan = 0x7fc0;
+
+// The problem's tensors on the device; gradients and the dS scratch start as NaN: the
+// backward pass must overwrite every gradient element, and read only dS it stored.
 struct DeviceProblem {
   DeviceTensors memory;
-  Tensor cu_seqlens, q, k, v, dout, out, lse, dq, dk, dv;
+  Tensor cu_seqlens, q, k, v, dout, out, lse, dq, dk, dv, row_dots, score_grads;
 
   explicit DeviceProblem(const Problem& p) {
     const DType dtype = p.shape.dtype;
@@ -210,6 +225,16 @@ struct DeviceProblem {
     dk = memory.make(dtype, {p.tokens, p.kv_width()});
     dv = memory.make(dtype, {p.tokens, p.kv_width()});
     for (const Tensor* t : {&dq, &dk, &dv}) DeviceTensors::write(*t, std::vector<float>(t->numel(), std::nanf("")));
+    row_dots = memory.make(DType::F32, {p.tokens, p.shape.heads});
+    score_grads = memory.make(DType::BF16, {score_scratch_elements(p)});
+    copy_host_to_tensor(score_grads, std::vector<uint16_t>(score_grads.numel(), kBf16Nan).data());
+  }
+
+  // Elements of the dS scratch that are no longer NaN.
+  int64_t scores_written() const {
+    std::vector<uint16_t> bits(score_grads.numel());
+    copy_tensor_to_host(bits.data(), score_grads);
+    return std::count_if(bits.begin(), bits.end(), [](uint16_t b) { return b != kBf16Nan; });
   }
 
   void forward(const Problem& p) {
@@ -218,11 +243,13 @@ struct DeviceProblem {
   }
 
   // Backward from the CPU's out and lse, so both backends differentiate the same values.
-  void backward(const Problem& p) {
+  void backward(const Problem& p, ScoreScratch scratch = ScoreScratch::room) {
     DeviceTensors::write(out, p.out);
     copy_host_to_tensor(lse, p.lse.data());
+    Tensor scores = scratch == ScoreScratch::none ? Tensor{} : score_grads;
+    if (scratch == ScoreScratch::one_short) scores.shape[0] -= kScoreTile;
     cuda::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, p.shape.heads, p.shape.kv_heads,
-                             nullptr);
+                             {row_dots, scores}, nullptr);
     check(cudaDeviceSynchronize(), "attention_backward");
   }
 };
@@ -253,10 +280,13 @@ TEST_P(GpuAttention, ForwardAndBackwardMatchCpu) {
     ASSERT_NEAR(lse[i], problem.lse[i], dtype == DType::F32 ? 1e-4 + 1e-4 * std::abs(problem.lse[i]) : 1e-3)
         << "lse element " << i;
 
-  gpu.backward(problem);
-  expect_close(DeviceTensors::read(gpu.dq), problem.dq, dtype, kGradientTolerance, "dq");
-  expect_close(DeviceTensors::read(gpu.dk), problem.dk, dtype, kGradientTolerance, "dk");
-  expect_close(DeviceTensors::read(gpu.dv), problem.dv, dtype, kGradientTolerance, "dv");
+  for (const ScoreScratch scratch : {ScoreScratch::room, ScoreScratch::none}) {
+    const std::string mode = scratch == ScoreScratch::room ? " (dq from stored dS)" : " (dq recomputed)";
+    gpu.backward(problem, scratch);
+    expect_close(DeviceTensors::read(gpu.dq), problem.dq, dtype, kGradientTolerance, "dq" + mode);
+    expect_close(DeviceTensors::read(gpu.dk), problem.dk, dtype, kGradientTolerance, "dk" + mode);
+    expect_close(DeviceTensors::read(gpu.dv), problem.dv, dtype, kGradientTolerance, "dv" + mode);
+  }
 }
 
 const std::vector<int> kOddLengths = {1, 7, 64, 129, 300};
@@ -285,16 +315,39 @@ TEST_P(GpuAttentionPaths, BackwardRepeatsExactlyAndOverwrites) {
   DeviceProblem gpu(problem);
   const std::vector<const Tensor*> grads = {&gpu.dq, &gpu.dk, &gpu.dv};
   const char* names[] = {"dq", "dk", "dv"};
-  gpu.backward(problem);
-  std::vector<std::vector<float>> once;
-  for (const Tensor* t : grads) once.push_back(DeviceTensors::read(*t));
-  gpu.backward(problem);
-  const std::vector<float>* cpu[] = {&problem.dq, &problem.dk, &problem.dv};
-  for (size_t g = 0; g < grads.size(); ++g) {
-    const std::vector<float> again = DeviceTensors::read(*grads[g]);
-    for (size_t i = 0; i < again.size(); ++i) ASSERT_EQ(again[i], once[g][i]) << names[g] << " element " << i;
-    expect_close(again, *cpu[g], dtype, kGradientTolerance, std::string(names[g]) + " after two passes");
+  for (const ScoreScratch scratch : {ScoreScratch::room, ScoreScratch::none}) {
+    gpu.backward(problem, scratch);
+    std::vector<std::vector<float>> once;
+    for (const Tensor* t : grads) once.push_back(DeviceTensors::read(*t));
+    gpu.backward(problem, scratch);
+    const std::vector<float>* cpu[] = {&problem.dq, &problem.dk, &problem.dv};
+    for (size_t g = 0; g < grads.size(); ++g) {
+      const std::vector<float> again = DeviceTensors::read(*grads[g]);
+      for (size_t i = 0; i < again.size(); ++i) ASSERT_EQ(again[i], once[g][i]) << names[g] << " element " << i;
+      expect_close(again, *cpu[g], dtype, kGradientTolerance, std::string(names[g]) + " after two passes");
+    }
   }
+}
+
+// A dS scratch one tile short of the bound is not touched, and dq is recomputed: the same
+// bits as with no scratch. With room, the tensor-core path stores dS there (the scalar
+// path never does).
+TEST_P(GpuAttentionPaths, AScratchShortOfTheBoundIsLeftAlone) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const DType dtype = GetParam();
+  const Problem problem(Case{kOddLengths, 4, 2, 64, dtype}, seed);
+  DeviceProblem gpu(problem);
+  gpu.backward(problem, ScoreScratch::none);
+  const std::vector<float> recomputed = DeviceTensors::read(gpu.dq);
+  gpu.backward(problem, ScoreScratch::one_short);
+  EXPECT_EQ(gpu.scores_written(), 0);
+  const std::vector<float> short_scratch = DeviceTensors::read(gpu.dq);
+  for (size_t i = 0; i < recomputed.size(); ++i) ASSERT_EQ(short_scratch[i], recomputed[i]) << "dq element " << i;
+  gpu.backward(problem, ScoreScratch::room);
+  if (dtype == DType::BF16) EXPECT_GT(gpu.scores_written(), 0);
+  else EXPECT_EQ(gpu.scores_written(), 0);
 }
 
 // Changing the keys and values of the middle sequence leaves everything the other
@@ -358,10 +411,15 @@ TEST(GpuAttentionArgs, WrongShapesAndDtypesAreRefused) {
   EXPECT_THROW(cuda::attention_forward(out, lse, q, k, v, cu, 3, 1, nullptr), std::invalid_argument);
   const Tensor host_q = Tensor::view(q.data, DType::BF16, Device::CPU, {T, 4 * 16});
   EXPECT_THROW(cuda::attention_forward(out, lse, host_q, k, v, cu, 4, 2, nullptr), std::invalid_argument);
-  EXPECT_THROW(cuda::attention_backward(k, k, v, out, out, lse, q, k, v, cu, 4, 2, nullptr), std::invalid_argument)
+  const AttentionScratch scratch{memory.make(DType::F32, {T, 4}), Tensor{}};
+  EXPECT_THROW(cuda::attention_backward(k, k, v, out, out, lse, q, k, v, cu, 4, 2, scratch, nullptr),
+               std::invalid_argument)
       << "a [T, kv_heads*head_dim] dq is accepted";
-  EXPECT_THROW(cuda::attention_backward(out, k_f32, v, out, out, lse, q, k, v, cu, 4, 2, nullptr),
+  EXPECT_THROW(cuda::attention_backward(out, k_f32, v, out, out, lse, q, k, v, cu, 4, 2, scratch, nullptr),
                std::invalid_argument);
+  EXPECT_THROW(cuda::attention_backward(out, k, v, out, out, lse, q, k, v, cu, 4, 2, {lse_wide, Tensor{}}, nullptr),
+               std::invalid_argument)
+      << "a [T, heads + 1] row_dots is accepted";
   try {
     cuda::attention_forward(out, lse, q, k_f32, v, cu, 4, 2, nullptr);
     ADD_FAILURE() << "an F32 k beside a BF16 q is accepted";

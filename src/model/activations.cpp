@@ -85,6 +85,7 @@ Activations Activations::bind(const ModelConfig& config, ActivationCapacity capa
   acts.d_k = carve.take(dtype, {T, KD});
   acts.d_v = carve.take(dtype, {T, KD});
   acts.d_attention = carve.take(dtype, {T, QD});
+  acts.attention_row_dots = carve.take(DType::F32, {T, config.heads});
   acts.d_mlp_hidden = carve.take(dtype, {T, I});
   acts.d_gate = carve.take(dtype, {T, I});
   acts.d_up = carve.take(dtype, {T, I});

@@ -12,7 +12,8 @@
 // plus FP32 statistics (RMSNorm 1/rms per row, attention log-sum-exp per head), and the
 // logits [T, vocab]. Backward RECOMPUTES, per layer, into shared scratch: the two RMSNorm
 // outputs, the q/k norm + RoPE (attention inputs) and the attention probabilities (from
-// q, k and the log-sum-exp, flash-attention style: nothing T² is ever stored). The SwiGLU
+// q, k and the log-sum-exp, flash-attention style: no T² buffer of its own; the GPU's dS
+// tiles borrow the logits, dead by then, for one layer at a time). The SwiGLU
 // product is kept rather than recomputed: one more intermediate-wide row per layer (at
 // the 0.6B shape 6 KiB a token in BF16, a fifth more than the rest of a layer: 1.3 GiB at
 // 8192 tokens) saves a kernel reading gate and up and writing the product in every
@@ -66,6 +67,7 @@ struct Activations {
   Tensor d_q_rope, d_q;           // [T, heads*head_dim]
   Tensor d_k_rope, d_k, d_v;      // [T, kv_heads*head_dim]
   Tensor d_attention;             // [T, heads*head_dim]
+  Tensor attention_row_dots;      // F32 [T, heads], the attention backward's rowsum(dO∘O)
   Tensor d_mlp_hidden, d_gate, d_up;  // [T, intermediate]
 
   ActivationCapacity capacity;

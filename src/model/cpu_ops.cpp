@@ -361,7 +361,8 @@ void CpuOps::attention_forward(const Tensor& out, const Tensor& lse, const Tenso
 
 void CpuOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) {
+                                const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads,
+                                const AttentionScratch&) {
   expect_f32(q, "attention_backward", "q", {kAny, kAny});
   const int64_t T = q.shape[0], D = head_dim_of(q, heads, "attention_backward");
   if (kv_heads <= 0 || heads % kv_heads != 0)

@@ -57,7 +57,8 @@ class CudaOps final : public Ops {
                          const Tensor& cu_seqlens, int heads, int kv_heads) override;
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& cu_seqlens, int heads, int kv_heads) override;
+                          const Tensor& cu_seqlens, int heads, int kv_heads,
+                          const AttentionScratch& scratch) override;
 
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;

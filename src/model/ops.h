@@ -23,6 +23,16 @@
 
 namespace tandem {
 
+// Working memory of the GPU attention backward, contents lost: row_dots F32 [T, heads]
+// (rowsum(dO∘O), always needed) and score_grads, flat BF16, where the dS tiles go when it
+// holds those of any packing of the call's T tokens (about heads·T² bytes; less or none
+// only makes dq recompute them). A buffer dead during the backward serves: the trainer
+// lends the logits, spent once the LM head's backward has run.
+struct AttentionScratch {
+  Tensor row_dots;
+  Tensor score_grads;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -77,9 +87,11 @@ class Ops {
   // softmax normaliser so backward recomputes the probabilities instead of storing T².
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) = 0;
+  // `scratch` is the GPU backend's working memory (the CPU backend needs none).
   virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                   const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads) = 0;
+                                  const Tensor& v, const Tensor& cu_seqlens, int heads, int kv_heads,
+                                  const AttentionScratch& scratch) = 0;
 
   // out = silu(gate) * up, all [N, I].
   virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;

@@ -117,6 +117,10 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
   const Tensor normed = rows(acts.normed), d_normed = rows(acts.d_normed), d_residual = rows(acts.d_residual);
   const Tensor cu = first_rows(acts.cu_seqlens, acts.sequences + 1);
   const Tensor positions = rows(acts.positions);
+  // Whole logits buffer: dead from the LM head's backward on.
+  const AttentionScratch attention_scratch{
+      rows(acts.attention_row_dots),
+      Tensor::view(acts.logits.data, DType::BF16, acts.logits.device, {static_cast<int64_t>(acts.logits.nbytes() / 2)})};
 
   // LM head and final norm; d_residual then carries dLoss/dh down the residual stream,
   // each sublayer adding its branch's share through rmsnorm_backward.
@@ -149,7 +153,7 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
     attention_inputs(p, a, acts);
     const Tensor d_q_rope = rows(acts.d_q_rope), d_k_rope = rows(acts.d_k_rope), d_v = rows(acts.d_v);
     ops_.attention_backward(d_q_rope, d_k_rope, d_v, rows(acts.d_attention), rows(a.attention), rows(a.lse),
-                            rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu, H, KV);
+                            rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu, H, KV, attention_scratch);
     ops_.rope_backward(d_q_rope, positions, acts.inv_freq, H);
     ops_.rope_backward(d_k_rope, positions, acts.inv_freq, KV);
     Tensor d_q = d_q_rope, d_k = d_k_rope;

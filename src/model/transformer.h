@@ -35,7 +35,9 @@ class Transformer {
 
   // Backpropagates dlogits [T, vocab] of the last forward on `acts`, ADDING into grads
   // (a ParameterSet bound to a gradient slab of the same layout; zero it first unless
-  // accumulating micro-batches). dlogits may be acts.logits overwritten in place.
+  // accumulating micro-batches). dlogits may be acts.logits overwritten in place; once the
+  // LM head's backward has read it, acts.logits is the attention backward's scratch, so
+  // its contents are lost either way.
   void backward(const ParameterSet& params, const ParameterSet& grads, Activations& acts, const Tensor& dlogits);
 
  private:

@@ -69,38 +69,56 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < N; ++e) sincosf(position * inv_freq[p * N + e], &sine[i][e], &cosine[i][e]);
     }
   }
-  for (int h = first; h < last; ++h) {
-    const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
-    // The group's fields picked one by one: a reference to one of the three parameter
-    // structs would copy them to the stack (200 bytes of local memory a thread).
+  // The group of head h and its fields, picked one by one: a reference to one of the three
+  // parameter structs would copy them to the stack (200 bytes of local memory a thread).
+  const auto group_of = [&](int h) { return h < heads ? 0 : h < heads + kv_heads ? 1 : 2; };
+  const auto head_group = [&](int group) {
     const auto pick = [group](auto a, auto b, auto c) { return group == 0 ? a : group == 1 ? b : c; };
-    const HeadGroup<T> g{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
-                         pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
-                         pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
-                         pick(q.rstd, k.rstd, v.rstd)};
-    const int j = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);
+    return HeadGroup<T>{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
+                        pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
+                        pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
+                        pick(q.rstd, k.rstd, v.rstd)};
+  };
+  const auto head_offset = [&](int h, int group) {  // h's index within its group, in elements
+    return (h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads)) * 2 * half;
+  };
+  // Every head of the team is read before any is written, so that all their loads are in
+  // flight at once (out may alias in, so the compiler could not move a load past a store).
+  float x1[kHeadsPerTeam][L][N], x2[kHeadsPerTeam][L][N];
+#pragma unroll
+  for (int u = 0; u < kHeadsPerTeam; ++u) {
+    const int h = first + u;
+    if (h >= last) continue;
+    const int group = group_of(h);
+    const HeadGroup<T> g = head_group(group);
+    const T* in = g.in + t * g.in_stride + head_offset(h, group);
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+      const int p = lane + i * S;
+      if (p >= packs) continue;
+      load<N>(in + p * N, x1[u][i]);
+      load<N>(in + half + p * N, x2[u][i]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kHeadsPerTeam; ++u) {
+    const int h = first + u;
+    if (h >= last) continue;
+    const int group = group_of(h);
+    const HeadGroup<T> g = head_group(group);
     int64_t out_row = t;
     if (g.to_slots) {
       out_row = slots[t];
       if (out_row < 0 || out_row >= slot_rows) continue;
     }
-    const T* in = g.in + t * g.in_stride + j * 2 * half;
-    T* out = g.out + out_row * g.out_stride + j * 2 * half;
-    float x1[L][N], x2[L][N];
-#pragma unroll
-    for (int i = 0; i < L; ++i) {
-      const int p = lane + i * S;
-      if (p >= packs) continue;
-      load<N>(in + p * N, x1[i]);
-      load<N>(in + half + p * N, x2[i]);
-    }
+    T* out = g.out + out_row * g.out_stride + head_offset(h, group);
     if (group == 2) {  // values: stored as they are
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int p = lane + i * S;
         if (p >= packs) continue;
-        store<N>(out + p * N, x1[i]);
-        store<N>(out + half + p * N, x2[i]);
+        store<N>(out + p * N, x1[u][i]);
+        store<N>(out + half + p * N, x2[u][i]);
       }
       continue;
     }
@@ -110,10 +128,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < L; ++i) {
         if (lane + i * S >= packs) continue;
 #pragma unroll
-        for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
+        for (int e = 0; e < N; ++e) sum += x1[u][i][e] * x1[u][i][e] + x2[u][i][e] * x2[u][i][e];
       }
       const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
-      if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + j] = r;
+      if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + head_offset(h, group) / (2 * half)] = r;
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int p = lane + i * S;
@@ -123,8 +141,8 @@ __global__ void __launch_bounds__(kThreads)
         load<N>(g.weight + half + p * N, w2);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          x1[i][e] = w1[e] * (x1[i][e] * r);
-          x2[i][e] = w2[e] * (x2[i][e] * r);
+          x1[u][i][e] = w1[e] * (x1[u][i][e] * r);
+          x2[u][i][e] = w2[e] * (x2[u][i][e] * r);
         }
       }
     }
@@ -135,8 +153,8 @@ __global__ void __launch_bounds__(kThreads)
       float y1[N], y2[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        y1[e] = x1[i][e] * cosine[i][e] - x2[i][e] * sine[i][e];
-        y2[e] = x2[i][e] * cosine[i][e] + x1[i][e] * sine[i][e];
+        y1[e] = x1[u][i][e] * cosine[i][e] - x2[u][i][e] * sine[i][e];
+        y2[e] = x2[u][i][e] * cosine[i][e] + x1[u][i][e] * sine[i][e];
       }
       store<N>(out + p * N, y1);
       store<N>(out + half + p * N, y2);

@@ -907,8 +907,7 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
     backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
         mutable_data<bf16>(dk), mutable_data<bf16>(dv), score_grads, stored ? score_tiles : 0, data<bf16>(dout),
-        row_dots, data<float>(lse),
-        data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+        row_dots, data<float>(lse), data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
     check_launch(op);
     if (stored) {
       allow_shared(backward_query_tiles_stored<D>, stored_query_shared_bytes<D>);

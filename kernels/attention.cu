@@ -839,14 +839,6 @@ Element* mutable_data(const Tensor& t) {
   return static_cast<Element*>(t.data);
 }
 
-// More dS tiles than any packing of these tokens into these sequences gives: n(n+1)/2
-// tiles a sequence of n tiles, which grows fastest with all tokens in one sequence (plus
-// one tile for each other sequence's rounding).
-int64_t score_tiles_needed(const Geometry& geo) {
-  const int64_t longest = (static_cast<int64_t>(geo.tokens) + kTile - 1) / kTile;
-  return (longest * (longest + 1) / 2 + geo.sequences - 1) * geo.heads;
-}
-
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -872,6 +864,13 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
                                                                  geo);
   }
   check_launch(op);
+}
+
+// n(n+1)/2 dS tiles a head for a sequence of n tiles grows fastest with all the tokens in
+// one sequence; each other sequence adds at most one tile by its rounding.
+int64_t attention_score_grad_elements(int64_t tokens, int64_t sequences, int heads) {
+  const int64_t longest = (tokens + kTile - 1) / kTile;
+  return (longest * (longest + 1) / 2 + sequences - 1) * heads * kScoreTileElements;
 }
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& out,
@@ -901,7 +900,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     // Room for every dS tile: the key-tile kernel stores them and dq takes one product a
     // tile from them; otherwise dq recomputes them (three products a tile).
     const int64_t score_tiles = scratch.score_grads.numel() / kScoreTileElements;
-    const bool stored = scratch.score_grads.data && score_tiles >= score_tiles_needed(geo) &&
+    const bool stored = scratch.score_grads.data &&
+                        scratch.score_grads.numel() >= attention_score_grad_elements(geo.tokens, geo.sequences, heads) &&
                         reinterpret_cast<uintptr_t>(scratch.score_grads.data) % 16 == 0;
     bf16* score_grads = mutable_data<bf16>(scratch.score_grads);
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);

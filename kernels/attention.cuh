@@ -33,6 +33,10 @@ namespace tandem::cuda {
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens, int heads, int kv_heads, cudaStream_t stream);
 
+// The BF16 elements scratch.score_grads needs for attention_backward to store dS: more
+// than any packing of `tokens` into `sequences` gives (about heads·tokens² bytes).
+int64_t attention_score_grad_elements(int64_t tokens, int64_t sequences, int heads);
+
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& cu_seqlens, int heads, int kv_heads, const AttentionScratch& scratch,

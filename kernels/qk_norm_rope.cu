@@ -82,15 +82,20 @@ __global__ void __launch_bounds__(kThreads)
   const auto head_offset = [&](int h, int group) {  // h's index within its group, in elements
     return (h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads)) * 2 * half;
   };
+  // body(u, h, group, fields) for each head u of the team.
+  const auto each_head = [&](auto&& body) {
+#pragma unroll
+    for (int u = 0; u < kHeadsPerTeam; ++u) {
+      const int h = first + u;
+      if (h >= last) continue;
+      const int group = group_of(h);
+      body(u, h, group, head_group(group));
+    }
+  };
   // Every head of the team is read before any is written, so that all their loads are in
   // flight at once (out may alias in, so the compiler could not move a load past a store).
   float x1[kHeadsPerTeam][L][N], x2[kHeadsPerTeam][L][N];
-#pragma unroll
-  for (int u = 0; u < kHeadsPerTeam; ++u) {
-    const int h = first + u;
-    if (h >= last) continue;
-    const int group = group_of(h);
-    const HeadGroup<T> g = head_group(group);
+  each_head([&](int u, int h, int group, const HeadGroup<T>& g) {
     const T* in = g.in + t * g.in_stride + head_offset(h, group);
 #pragma unroll
     for (int i = 0; i < L; ++i) {
@@ -99,17 +104,12 @@ __global__ void __launch_bounds__(kThreads)
       load<N>(in + p * N, x1[u][i]);
       load<N>(in + half + p * N, x2[u][i]);
     }
-  }
-#pragma unroll
-  for (int u = 0; u < kHeadsPerTeam; ++u) {
-    const int h = first + u;
-    if (h >= last) continue;
-    const int group = group_of(h);
-    const HeadGroup<T> g = head_group(group);
+  });
+  each_head([&](int u, int h, int group, const HeadGroup<T>& g) {
     int64_t out_row = t;
     if (g.to_slots) {
       out_row = slots[t];
-      if (out_row < 0 || out_row >= slot_rows) continue;
+      if (out_row < 0 || out_row >= slot_rows) return;
     }
     T* out = g.out + out_row * g.out_stride + head_offset(h, group);
     if (group == 2) {  // values: stored as they are
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
         store<N>(out + p * N, x1[u][i]);
         store<N>(out + half + p * N, x2[u][i]);
       }
-      continue;
+      return;
     }
     if constexpr (Norm) {
       float sum = 0;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
       store<N>(out + p * N, y1);
       store<N>(out + half + p * N, y2);
     }
-  }
+  });
 }
 
 // The launch for both ops: T tokens of `heads` + `kv_heads` (+ `v_heads`) heads of

@@ -196,11 +196,8 @@ enum class ScoreScratch { room, one_short, none };
 
 constexpr int64_t kScoreTile = 64 * 64;
 
-// The bound kernels/attention.cu sizes the scratch by: a sequence of n 64-row tiles has
-// n(n+1)/2 tiles of dS a head, most with every token in one sequence.
 int64_t score_scratch_elements(const Problem& p) {
-  const int64_t longest = (p.tokens + 63) / 64, sequences = static_cast<int64_t>(p.cu_seqlens.size()) - 1;
-  return (longest * (longest + 1) / 2 + sequences - 1) * p.shape.heads * kScoreTile;
+  return cuda::attention_score_grad_elements(p.tokens, static_cast<int64_t>(p.cu_seqlens.size()) - 1, p.shape.heads);
 }
 
 constexpr uint16_t kBf16Nan = 0x7fc0;

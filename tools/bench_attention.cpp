@@ -140,11 +140,10 @@ int run(const Options& o) {
     cuda::attention_forward(out, lse, q, k, v, cu, o.heads, o.kv_heads, nullptr);
   });
   // The dS scratch at the size the kernels need for any packing of T tokens (the trainer
-  // lends its logits buffer, larger still): the tiles of one sequence of all T, and one a
-  // sequence more for the others' rounding.
-  const int64_t longest = (T + 63) / 64;
+  // lends its logits buffer, larger still).
   const Tensor row_dots = device_tensor(DType::F32, {T, o.heads});
-  const Tensor score_grads = device_tensor(DType::BF16, {(longest * (longest + 1) / 2 + o.sequences - 1) * o.heads * 64 * 64});
+  const Tensor score_grads =
+      device_tensor(DType::BF16, {cuda::attention_score_grad_elements(T, o.sequences, o.heads)});
   // Each call overwrites the gradients.
   const auto backward_ms = [&](const Tensor& scores) {
     return milliseconds_per_call(o.repeat, [&] {

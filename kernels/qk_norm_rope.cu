@@ -1,5 +1,6 @@
 #include "qk_norm_rope.cuh"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -33,45 +34,39 @@ struct HeadGroup {
   float* rstd = nullptr;  // each head's 1/rms, at t * (the group's heads) + j, or null (not kept)
 };
 
-// Heads of one token handled one after another by a team: the rotation's angles depend on
-// the token and the dim alone, so the team's sincosf serve every head it handles.
-constexpr int kHeadsPerTeam = 4;
+// The rotation's angles depend on the token and the dim alone: a block computes them
+// once for its tokens into shared memory ([tokens][half] of (cos, sin)), and every head
+// of those tokens reads them there, where each head computing its own took one sincosf
+// per element (the work of the whole kernel several times over at 24 heads a token).
+constexpr int kMaxTokensPerBlock = 2;
 
-// kHeadsPerTeam consecutive heads of one token per team of S lanes (a power of two up to a
-// warp): the heads of token t are q's, then k's, then v's (none when v_heads is 0), and
-// row r of the tokens·runs rows is token r / runs, heads from (r % runs)·kHeadsPerTeam on.
-// Lane i holds packs i, i + S, ... of the first half and the same packs of the second
-// half: the dims that rotate together, so only the norm's sum crosses lanes.
+// One head of one token per team of S lanes (a power of two up to a warp). Block x takes
+// tokens_per_block tokens; their heads, q's then k's then v's (none when v_heads is 0),
+// are rows (token, head) shared out among the teams of the blocks with that x (blockIdx.y
+// picks the block's share). Lane i holds packs i, i + S, ... of the first half and the
+// same packs of the second half: the dims that rotate together, so only the norm's sum
+// crosses lanes.
 template <class T, int N, int S, bool Norm>
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const int32_t* slots, int64_t slot_rows,
-                        const int32_t* positions, const float* inv_freq, int64_t tokens, int heads, int kv_heads,
-                        int v_heads, int half, float eps) {
+                        const int32_t* positions, const float* inv_freq, int64_t tokens, int tokens_per_block,
+                        int heads, int kv_heads, int v_heads, int half, float eps) {
+  extern __shared__ float2 angles[];
   constexpr int L = kPairsPerLane<N>;
-  const int heads_per_token = heads + kv_heads + v_heads;
-  const int runs = (heads_per_token + kHeadsPerTeam - 1) / kHeadsPerTeam;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / S) + threadIdx.x / S;
-  if (row >= tokens * runs) return;  // the whole team, so no lane waits in its sum
-  const int lane = threadIdx.x % S;
-  const int64_t t = row / runs;
-  const int first = static_cast<int>(row % runs) * kHeadsPerTeam;
-  const int last = min(first + kHeadsPerTeam, heads_per_token);
-  const int packs = half / N;
+  const int64_t first_token = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+  const int block_tokens = static_cast<int>(min(static_cast<int64_t>(tokens_per_block), tokens - first_token));
   // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
-  float cosine[L][N], sine[L][N];
-  if (first < heads + kv_heads) {
-    const float position = static_cast<float>(positions[t]);
-#pragma unroll
-    for (int i = 0; i < L; ++i) {
-      const int p = lane + i * S;
-      if (p >= packs) continue;
-#pragma unroll
-      for (int e = 0; e < N; ++e) sincosf(position * inv_freq[p * N + e], &sine[i][e], &cosine[i][e]);
-    }
+  for (int i = threadIdx.x; i < block_tokens * half; i += blockDim.x) {
+    float sine, cosine;
+    sincosf(static_cast<float>(positions[first_token + i / half]) * inv_freq[i % half], &sine, &cosine);
+    angles[i] = make_float2(cosine, sine);
   }
+  __syncthreads();
+
+  const int heads_per_token = heads + kv_heads + v_heads;
+  const int teams = blockDim.x / S, lane = threadIdx.x % S, packs = half / N;
   // The group of head h and its fields, picked one by one: a reference to one of the three
   // parameter structs would copy them to the stack (200 bytes of local memory a thread).
-  const auto group_of = [&](int h) { return h < heads ? 0 : h < heads + kv_heads ? 1 : 2; };
   const auto head_group = [&](int group) {
     const auto pick = [group](auto a, auto b, auto c) { return group == 0 ? a : group == 1 ? b : c; };
     return HeadGroup<T>{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
@@ -79,48 +74,37 @@ __global__ void __launch_bounds__(kThreads)
                         pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
                         pick(q.rstd, k.rstd, v.rstd)};
   };
-  const auto head_offset = [&](int h, int group) {  // h's index within its group, in elements
-    return (h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads)) * 2 * half;
-  };
-  // body(u, h, group, fields) for each head u of the team.
-  const auto each_head = [&](auto&& body) {
-#pragma unroll
-    for (int u = 0; u < kHeadsPerTeam; ++u) {
-      const int h = first + u;
-      if (h >= last) continue;
-      const int group = group_of(h);
-      body(u, h, group, head_group(group));
+  // The whole team takes a row, so every lane of it reaches the norm's sum.
+  for (int r = blockIdx.y * teams + threadIdx.x / S; r < block_tokens * heads_per_token; r += gridDim.y * teams) {
+    const int token = r / heads_per_token, h = r % heads_per_token;
+    const int64_t t = first_token + token;
+    const int group = h < heads ? 0 : h < heads + kv_heads ? 1 : 2;
+    const int head = h - (group == 0 ? 0 : group == 1 ? heads : heads + kv_heads);  // within its group
+    const HeadGroup<T> g = head_group(group);
+    int64_t out_row = t;
+    if (g.to_slots) {
+      out_row = slots[t];
+      if (out_row < 0 || out_row >= slot_rows) continue;
     }
-  };
-  // Every head of the team is read before any is written, so that all their loads are in
-  // flight at once (out may alias in, so the compiler could not move a load past a store).
-  float x1[kHeadsPerTeam][L][N], x2[kHeadsPerTeam][L][N];
-  each_head([&](int u, int h, int group, const HeadGroup<T>& g) {
-    const T* in = g.in + t * g.in_stride + head_offset(h, group);
+    const T* in = g.in + t * g.in_stride + head * 2 * half;
+    T* out = g.out + out_row * g.out_stride + head * 2 * half;
+    float x1[L][N], x2[L][N];
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
       if (p >= packs) continue;
-      load<N>(in + p * N, x1[u][i]);
-      load<N>(in + half + p * N, x2[u][i]);
+      load<N>(in + p * N, x1[i]);
+      load<N>(in + half + p * N, x2[i]);
     }
-  });
-  each_head([&](int u, int h, int group, const HeadGroup<T>& g) {
-    int64_t out_row = t;
-    if (g.to_slots) {
-      out_row = slots[t];
-      if (out_row < 0 || out_row >= slot_rows) return;
-    }
-    T* out = g.out + out_row * g.out_stride + head_offset(h, group);
     if (group == 2) {  // values: stored as they are
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int p = lane + i * S;
         if (p >= packs) continue;
-        store<N>(out + p * N, x1[u][i]);
-        store<N>(out + half + p * N, x2[u][i]);
+        store<N>(out + p * N, x1[i]);
+        store<N>(out + half + p * N, x2[i]);
       }
-      return;
+      continue;
     }
     if constexpr (Norm) {
       float sum = 0;
@@ -128,10 +112,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < L; ++i) {
         if (lane + i * S >= packs) continue;
 #pragma unroll
-        for (int e = 0; e < N; ++e) sum += x1[u][i][e] * x1[u][i][e] + x2[u][i][e] * x2[u][i][e];
+        for (int e = 0; e < N; ++e) sum += x1[i][e] * x1[i][e] + x2[i][e] * x2[i][e];
       }
-      const float r = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
-      if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + head_offset(h, group) / (2 * half)] = r;
+      const float rstd = 1.0f / sqrtf(group_sum<S>(sum, group_mask<S>()) / static_cast<float>(2 * half) + eps);
+      if (g.rstd && lane == 0) g.rstd[t * (group == 0 ? heads : kv_heads) + head] = rstd;
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int p = lane + i * S;
@@ -141,11 +125,12 @@ __global__ void __launch_bounds__(kThreads)
         load<N>(g.weight + half + p * N, w2);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          x1[u][i][e] = w1[e] * (x1[u][i][e] * r);
-          x2[u][i][e] = w2[e] * (x2[u][i][e] * r);
+          x1[i][e] = w1[e] * (x1[i][e] * rstd);
+          x2[i][e] = w2[e] * (x2[i][e] * rstd);
         }
       }
     }
+    const float2* token_angles = angles + token * half;
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
@@ -153,13 +138,14 @@ __global__ void __launch_bounds__(kThreads)
       float y1[N], y2[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        y1[e] = x1[u][i][e] * cosine[i][e] - x2[u][i][e] * sine[i][e];
-        y2[e] = x2[u][i][e] * cosine[i][e] + x1[u][i][e] * sine[i][e];
+        const float2 cs = token_angles[p * N + e];
+        y1[e] = x1[i][e] * cs.x - x2[i][e] * cs.y;
+        y2[e] = x2[i][e] * cs.x + x1[i][e] * cs.y;
       }
       store<N>(out + p * N, y1);
       store<N>(out + half + p * N, y2);
     }
-  });
+  }
 }
 
 // The launch for both ops: T tokens of `heads` + `kv_heads` (+ `v_heads`) heads of
@@ -169,20 +155,25 @@ template <class E>
 void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<E>& v, const int32_t* slots,
                   int64_t slot_rows, const Tensor& positions, const Tensor& inv_freq, int64_t T, int heads,
                   int kv_heads, int v_heads, int half, float eps, cudaStream_t stream) {
-  const int64_t rows = T * ((heads + kv_heads + v_heads + kHeadsPerTeam - 1) / kHeadsPerTeam);
   const bool norm = q.weight || k.weight;
   auto launch = [&](auto pack, auto with_norm) {
     constexpr int P = decltype(pack)::value, L = kPairsPerLane<P>;
     with_team_size<1, 32>((half / P + L - 1) / L, [&](auto team) {
       constexpr int S = decltype(team)::value;
-      // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp,
-      // until there are enough to occupy every SM.
-      int threads = kThreads;
-      while ((rows * S + threads - 1) / threads < kBusyBlocks && threads / 2 >= 32) threads /= 2;
+      // Two tokens a block while that leaves blocks for every SM (a block's threads then
+      // compute about one angle each); a decode step's 64 to 256 tokens take one token a
+      // block and share each token's heads out among up to as many blocks as have rows.
+      const int tokens_per_block = T / kMaxTokensPerBlock >= kBusyBlocks ? kMaxTokensPerBlock : 1;
+      const int64_t token_blocks = (T + tokens_per_block - 1) / tokens_per_block;
+      const int64_t block_rows = static_cast<int64_t>(tokens_per_block) * (heads + kv_heads + v_heads);
+      const int64_t teams = kThreads / S;
+      const int64_t shares = std::max<int64_t>(
+          1, std::min((block_rows + teams - 1) / teams, (kBusyBlocks + token_blocks - 1) / token_blocks));
+      const size_t shared = static_cast<size_t>(tokens_per_block) * half * sizeof(float2);
       qk_norm_rope_kernel<E, P, S, decltype(with_norm)::value>
-          <<<static_cast<unsigned>((rows * S + threads - 1) / threads), threads, 0, stream>>>(
-              q, k, v, slots, slot_rows, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, heads, kv_heads,
-              v_heads, half, eps);
+          <<<dim3(static_cast<unsigned>(token_blocks), static_cast<unsigned>(shares)), kThreads, shared, stream>>>(
+              q, k, v, slots, slot_rows, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, tokens_per_block,
+              heads, kv_heads, v_heads, half, eps);
     });
   };
   auto starts_aligned = [](const HeadGroup<E>& g) {

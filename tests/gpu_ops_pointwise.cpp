@@ -495,11 +495,12 @@ struct QkShape {
   int64_t tokens;
   int heads, kv_heads, head_dim;
 };
-// Qwen3-0.6B at decode sizes (64 and 256 tokens), alone and at a training sequence's 1024
-// tokens; head_dim 6 takes the one-element path with one-lane teams, 512 (the widest) a
-// whole warp per head.
-constexpr QkShape kQkShapes[] = {{1, 16, 8, 128}, {64, 16, 8, 128}, {256, 16, 8, 128}, {1024, 16, 8, 128},
-                                 {3, 2, 1, 6},    {5, 4, 2, 64},    {3, 2, 2, 512}};
+// Qwen3-0.6B at decode sizes (64 and 256 tokens: a token's heads shared out among
+// blocks), alone and at a training sequence's 1024 tokens (two tokens a block), and 1023
+// (the last block's second token missing); head_dim 6 takes the one-element path with
+// one-lane teams, 512 (the widest) a whole warp per head.
+constexpr QkShape kQkShapes[] = {{1, 16, 8, 128},    {64, 16, 8, 128}, {256, 16, 8, 128}, {1024, 16, 8, 128},
+                                 {1023, 16, 8, 128}, {3, 2, 1, 6},     {5, 4, 2, 64},     {3, 2, 2, 512}};
 
 // With qk_norm weights and without (rope alone); then in place, as the engine rotates q
 // and k of a model without qk_norm, which must give the same bits as into other buffers.

@@ -139,13 +139,14 @@ TEST(ModelLayout, ActivationMemoryIsLinearInTokensAsDocumented) {
   const ModelConfig config = ModelConfig::qwen3_0_6b();
   const int64_t C = config.hidden, I = config.intermediate, V = config.vocab, H = config.heads, KV = config.kv_heads;
   const int64_t QD = config.q_dim(), KD = config.kv_dim();
-  const int64_t stored_per_layer = 2 * C + QD + 2 * KD + QD + 3 * I;  // gate, up and their SwiGLU product
+  // q and k twice (before q/k norm, and normed and rotated), gate, up and their SwiGLU product
+  const int64_t stored_per_layer = 2 * C + 2 * QD + 3 * KD + QD + 3 * I;
   const int64_t stats_per_layer = 2 + H + (H + KV);  // two RMSNorms, log-sum-exp, q/k norms
-  const int64_t scratch = C + QD + KD + 2 * C + 2 * QD + 3 * KD + QD + 3 * I + H;  // H: attention row dots
+  const int64_t scratch = C + 2 * C + 2 * QD + 3 * KD + QD + 3 * I + H;  // H: attention row dots
   const int64_t per_token = config.layers * (stored_per_layer + stats_per_layer) + C + 1 + V + scratch + 2;
   const size_t small = Activations::slab_bytes(config, {1024, 16}, DType::F32);
   const size_t large = Activations::slab_bytes(config, {2048, 16}, DType::F32);
-  const int64_t buffers = 4 + config.layers * 15 + 3 + 15;
+  const int64_t buffers = 4 + config.layers * 17 + 3 + 13;
   EXPECT_NEAR(static_cast<double>(large - small), 1024.0 * per_token * 4, buffers * 256.0);
 }
 

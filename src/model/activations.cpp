@@ -60,6 +60,11 @@ Activations Activations::bind(const ModelConfig& config, ActivationCapacity capa
     if (config.qk_norm) {
       layer.q_rstd = carve.take(DType::F32, {T, config.heads});
       layer.k_rstd = carve.take(DType::F32, {T, config.kv_heads});
+      layer.q_rope = carve.take(dtype, {T, QD});
+      layer.k_rope = carve.take(dtype, {T, KD});
+    } else {
+      layer.q_rope = layer.q;
+      layer.k_rope = layer.k;
     }
     layer.attention = carve.take(dtype, {T, QD});
     layer.lse = carve.take(DType::F32, {T, config.heads});
@@ -75,8 +80,6 @@ Activations Activations::bind(const ModelConfig& config, ActivationCapacity capa
   acts.logits = carve.take(dtype, {T, config.vocab});
 
   acts.normed = carve.take(dtype, {T, C});
-  acts.q_rope = carve.take(dtype, {T, QD});
-  acts.k_rope = carve.take(dtype, {T, KD});
   acts.d_residual = carve.take(dtype, {T, C});
   acts.d_normed = carve.take(dtype, {T, C});
   acts.d_q_rope = carve.take(dtype, {T, QD});

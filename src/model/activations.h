@@ -6,18 +6,22 @@
 // batch may use fewer, and every [T, ...] buffer is then used through its first T rows.
 // Memory is linear in tokens. Per layer and token the pass STORES, in the activation dtype:
 //   the residual stream entering the layer and after attention  2·hidden
-//   the q, k, v projections (before q/k norm and RoPE)          (heads + 2·kv_heads)·head_dim
+//   the q, k, v projections (q and k after RoPE)                 (heads + 2·kv_heads)·head_dim
+//   with q/k norm, also q and k before their norm                (heads + kv_heads)·head_dim
 //   the attention output                                        heads·head_dim
 //   the MLP gate and up projections and their SwiGLU product    3·intermediate
 // plus FP32 statistics (RMSNorm 1/rms per row, attention log-sum-exp per head), and the
 // logits [T, vocab]. Backward RECOMPUTES, per layer, into shared scratch: the two RMSNorm
-// outputs, the q/k norm + RoPE (attention inputs) and the attention probabilities (from
-// q, k and the log-sum-exp, flash-attention style: no T² buffer of its own; the GPU's dS
-// tiles borrow the logits, dead by then, for one layer at a time). The SwiGLU
-// product is kept rather than recomputed: one more intermediate-wide row per layer (at
-// the 0.6B shape 6 KiB a token in BF16, a fifth more than the rest of a layer: 1.3 GiB at
-// 8192 tokens) saves a kernel reading gate and up and writing the product in every
-// layer's backward. Gradient scratch is shared by all layers.
+// outputs and the attention probabilities (from q, k and the log-sum-exp, flash-attention
+// style: no T² buffer of its own; the GPU's dS tiles borrow the logits, dead by then, for
+// one layer at a time). The SwiGLU product is kept rather than recomputed: one more
+// intermediate-wide row per layer (at the 0.6B shape 6 KiB a token in BF16, a fifth more
+// than the rest of a layer: 1.3 GiB at 8192 tokens) saves a kernel reading gate and up and
+// writing the product in every layer's backward. So are the attention's q and k: without
+// q/k norm RoPE rotates the projections in place, at no cost (the backward needs them
+// only rotated); with it the norm's backward needs them unrotated too, and keeping both
+// (at the 0.6B shape 3 KiB a token and layer, 1.3 GiB at 8192 tokens) saves rerunning
+// the norm and RoPE in every layer's backward. Gradient scratch is shared by all layers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,10 +35,12 @@ namespace tandem {
 struct LayerActivations {
   Tensor input;       // [T, hidden] residual stream entering the layer
   Tensor input_rstd;  // F32 [T]
-  Tensor q;           // [T, heads*head_dim] q_proj output
+  Tensor q;           // [T, heads*head_dim] q_proj output (rotated in place without q/k norm)
   Tensor k, v;        // [T, kv_heads*head_dim]
   Tensor q_rstd;      // F32 [T, heads] (q/k norm only)
   Tensor k_rstd;      // F32 [T, kv_heads]
+  Tensor q_rope;      // the attention's q and k: normed and rotated copies with q/k norm,
+  Tensor k_rope;      //   views of q and k without
   Tensor attention;   // [T, heads*head_dim] o_proj input
   Tensor lse;         // F32 [T, heads]
   Tensor mid;         // [T, hidden] residual stream after attention
@@ -62,7 +68,6 @@ struct Activations {
 
   // Scratch shared by all layers: recomputed values, then gradients.
   Tensor normed;                  // [T, hidden]
-  Tensor q_rope, k_rope;          // attention inputs
   Tensor d_residual, d_normed;    // [T, hidden]
   Tensor d_q_rope, d_q;           // [T, heads*head_dim]
   Tensor d_k_rope, d_k, d_v;      // [T, kv_heads*head_dim]

@@ -32,11 +32,12 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops)
 void Transformer::attention_inputs(const LayerParameters& p, const LayerActivations& layer, const Activations& acts) {
   const int64_t T = acts.tokens;
   auto rows = [T](const Tensor& t) { return first_rows(t, T); };
-  // The stored projections stay as they are (rmsnorm_backward reads them), and so does
-  // each head's rstd, which the norm writes on the way.
+  // With q/k norm the stored projections stay as they are (rmsnorm_backward reads them),
+  // beside each head's rstd, which the norm writes on the way; without it q_rope and
+  // k_rope are the projections, rotated in place.
   const Tensor q_rstd = config_.qk_norm ? flat(rows(layer.q_rstd)) : Tensor{};
   const Tensor k_rstd = config_.qk_norm ? flat(rows(layer.k_rstd)) : Tensor{};
-  ops_.qk_norm_rope_forward(rows(acts.q_rope), rows(acts.k_rope), rows(layer.q), rows(layer.k), p.q_norm, p.k_norm,
+  ops_.qk_norm_rope_forward(rows(layer.q_rope), rows(layer.k_rope), rows(layer.q), rows(layer.k), p.q_norm, p.k_norm,
                             rows(acts.positions), acts.inv_freq, config_.heads, config_.kv_heads,
                             static_cast<float>(config_.rms_eps), q_rstd, k_rstd);
 }
@@ -85,7 +86,7 @@ Tensor Transformer::forward(const ParameterSet& params, Activations& acts, std::
     ops_.matmul_forward(rows(a.k), normed, p.k_proj, p.k_bias);
     ops_.matmul_forward(rows(a.v), normed, p.v_proj, p.v_bias);
     attention_inputs(p, a, acts);
-    ops_.attention_forward(rows(a.attention), rows(a.lse), rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu,
+    ops_.attention_forward(rows(a.attention), rows(a.lse), rows(a.q_rope), rows(a.k_rope), rows(a.v), cu,
                            config_.heads, config_.kv_heads);
     ops_.matmul_forward(mid, rows(a.attention), p.o_proj, Tensor{});
     ops_.add_rmsnorm_forward(normed, rows(a.mid_rstd), mid, input, p.post_attention_norm, eps);
@@ -150,10 +151,9 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
     // Attention branch.
     ops_.matmul_backward(rows(acts.d_attention), g.o_proj, Tensor{}, d_residual, rows(a.attention), p.o_proj,
                          overwrite);
-    attention_inputs(p, a, acts);
     const Tensor d_q_rope = rows(acts.d_q_rope), d_k_rope = rows(acts.d_k_rope), d_v = rows(acts.d_v);
     ops_.attention_backward(d_q_rope, d_k_rope, d_v, rows(acts.d_attention), rows(a.attention), rows(a.lse),
-                            rows(acts.q_rope), rows(acts.k_rope), rows(a.v), cu, H, KV, attention_scratch);
+                            rows(a.q_rope), rows(a.k_rope), rows(a.v), cu, H, KV, attention_scratch);
     ops_.rope_backward(d_q_rope, positions, acts.inv_freq, H);
     ops_.rope_backward(d_k_rope, positions, acts.inv_freq, KV);
     Tensor d_q = d_q_rope, d_k = d_k_rope;

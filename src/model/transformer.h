@@ -41,7 +41,7 @@ class Transformer {
   void backward(const ParameterSet& params, const ParameterSet& grads, Activations& acts, const Tensor& dlogits);
 
  private:
-  // q/k norm and RoPE of one layer's stored projections into acts.q_rope/k_rope (one op).
+  // q/k norm and RoPE of one layer's projections into its q_rope/k_rope (one op).
   void attention_inputs(const LayerParameters& params, const LayerActivations& layer, const Activations& acts);
 
   ModelConfig config_;

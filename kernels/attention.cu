@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "mma.cuh"
+#include "wgmma.cuh"
 #include "model/op_args.h"
 
 namespace tandem::cuda {
@@ -200,8 +201,9 @@ __global__ void __launch_bounds__(kScalarThreads)
 // Tensor-core path (BF16). A block holds a tile of 64 query rows (forward, dq) or 64 key
 // rows (dk/dv) and streams the other side through shared memory in tiles of 64 rows,
 // double-buffered with cp.async. Each of the 4 warps owns 16 of the block's rows, so every
-// row statistic and accumulator stays in that warp's registers.
-// Fragment layout and the PTX wrappers: mma.cuh.
+// row statistic and accumulator stays in that warp's registers: the 4 warps are one
+// warpgroup, whose MMA (wgmma.cuh) gives each warp those same 16 rows.
+// Fragment layout and the PTX wrappers: mma.cuh and wgmma.cuh.
 
 constexpr int kTile = 64;
 constexpr int kWarps = kTile / 16;
@@ -213,18 +215,6 @@ struct TileLayout {
   static constexpr int elements = kTile * stride;
   static constexpr int bytes = elements * 2;
 };
-
-// Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
-// shared memory; rows past `rows` are zeroed so that they add nothing to any product.
-template <int D>
-__device__ void load_tile(bf16* tile, const bf16* src, int64_t row_stride, int rows) {
-  constexpr int chunks = D / 8;
-  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
-    const int row = c / chunks, col = (c % chunks) * 8;
-    const bool inside = row < rows;
-    copy_async_16(tile + row * TileLayout<D>::stride + col, inside ? src + row * row_stride + col : src, inside);
-  }
-}
 
 // The warp's 16×kTile FP32 accumulator tiles rounded to BF16 A operands, one per 16
 // columns: tiles 2i and 2i+1 are exactly the A operand of a product over those columns.
@@ -359,8 +349,121 @@ __device__ bool find_sequence_tile(const int* cu_seqlens, int sequences, int tok
   return hit;
 }
 
+// Head dims that are a multiple of 64 run on Hopper's warpgroup MMA (wgmma.cuh): the
+// tensor cores read its operands from shared memory themselves, where mma.sync spends an
+// ldmatrix on every operand. The smaller ones keep mma.sync and padded rows. The kernels
+// below go through these helpers and do not see which of the two runs.
 template <int D>
-constexpr int forward_shared_bytes = 5 * TileLayout<D>::bytes;  // Q, K and V twice
+inline constexpr bool kWarpgroupMma = D % 64 == 0;
+
+// One kTile × D operand tile in shared memory.
+template <int D>
+constexpr int operand_tile_bytes() {
+  if constexpr (kWarpgroupMma<D>)
+    return SwizzledTile<kTile, D>::bytes;
+  else
+    return TileLayout<D>::bytes;
+}
+
+// A kernel's dynamic shared memory: `tiles` operand tiles, then `extra` bytes. Swizzled
+// tiles start on a 1024-byte boundary, the first one at first_operand_tile.
+template <int D>
+constexpr int tiles_shared_bytes(int tiles, int extra = 0) {
+  return tiles * operand_tile_bytes<D>() + extra + (kWarpgroupMma<D> ? 1024 : 0);
+}
+
+template <int D>
+__device__ unsigned char* first_operand_tile(unsigned char* shared) {
+  if constexpr (kWarpgroupMma<D>)
+    return shared + (1024 - shared_address(shared) % 1024) % 1024;
+  else
+    return shared;
+}
+
+// Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
+// shared memory; rows past `rows` are zeroed so that they add nothing to any product.
+template <int D>
+__device__ void load_operand_tile(unsigned char* tile, const bf16* src, int64_t row_stride, int rows) {
+  constexpr int chunks = D / 8;
+  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
+    const int row = c / chunks, chunk = c % chunks;
+    const bool inside = row < rows;
+    int offset;
+    if constexpr (kWarpgroupMma<D>)
+      offset = swizzled_offset<kTile>(row, chunk);
+    else
+      offset = (row * TileLayout<D>::stride + chunk * 8) * 2;
+    copy_async_16(tile + offset, inside ? src + row * row_stride + chunk * 8 : src, inside);
+  }
+}
+
+// The barrier after a cp.async wait: the tiles are then visible to every thread and, for
+// the warpgroup MMA, to the tensor cores, which read shared memory through the async proxy.
+template <int D>
+__device__ void operand_tiles_ready() {
+  if constexpr (kWarpgroupMma<D>) async_proxy_fence();
+  __syncthreads();
+}
+
+// The products below run in batches: begin_products, then any number of score_product
+// and weight_product calls (on distinct accumulators), then end_products, after which
+// every accumulator holds its result. On the warpgroup MMA the batch is issued to the
+// tensor cores back to back and waited for once; on mma.sync each product runs where it
+// is called.
+template <int D>
+__device__ void begin_products() {
+  if constexpr (kWarpgroupMma<D>) wgmma_fence();
+}
+
+template <int D>
+__device__ void end_products() {
+  if constexpr (kWarpgroupMma<D>) {
+    wgmma_commit();
+    wgmma_wait<0>();
+  }
+}
+
+// acc = the block's kTile rows of a_tile times the kTile rows of b_tile, both D wide: A·Bᵀ
+// with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ). Warp w gets rows 16w on.
+template <int D>
+__device__ void score_product(float (&acc)[kTile / 8][4], const unsigned char* a_tile, const unsigned char* b_tile,
+                              int lane) {
+  if constexpr (kWarpgroupMma<D>) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int offset = (kk / 4) * SwizzledTile<kTile, D>::block_bytes + (kk % 4) * 32;
+      wgmma_64x64_shared(acc, swizzled_descriptor(a_tile + offset, 16), swizzled_descriptor(b_tile + offset, 16),
+                         kk > 0);
+    }
+  } else {
+    for (auto& tile : acc) tile[0] = tile[1] = tile[2] = tile[3] = 0;
+    multiply_rows<D>(acc, reinterpret_cast<const bf16*>(a_tile), threadIdx.x / 32 * 16,
+                     reinterpret_cast<const bf16*>(b_tile), lane);
+  }
+}
+
+// acc += the warps' 16 × kTile weights (A operands from as_a_operands) times the kTile × D
+// tile `rows` (P·V, dS·K, Pᵀ·dO, dSᵀ·Q).
+template <int D>
+__device__ void weight_product(float (&acc)[D / 8][4], const unsigned (&weights)[kTile / 16][4],
+                               const unsigned char* rows, int lane) {
+  if constexpr (kWarpgroupMma<D>) {
+    static_assert(D == 64 || D == 128);
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      const uint64_t b = swizzled_descriptor(rows + kk * 16 * 128, SwizzledTile<kTile, D>::block_bytes);
+      if constexpr (D == 64)
+        wgmma_64x64_registers(acc, weights[kk], b, true);
+      else
+        wgmma_64x128_registers(acc, weights[kk], b, true);
+    }
+  } else {
+    accumulate_product<D>(acc, weights, reinterpret_cast<const bf16*>(rows), lane);
+  }
+}
+
+template <int D>
+constexpr int forward_shared_bytes = tiles_shared_bytes<D>(5);  // Q, K and V twice
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
@@ -378,16 +481,17 @@ __global__ void __launch_bounds__(kThreads)
   const int key_tiles = (key_end + kTile - 1) / kTile;
   const float scale_log2 = geo.scale * kLog2e;
 
-  constexpr int elements = TileLayout<D>::elements;
-  bf16* q_tile = reinterpret_cast<bf16*>(shared);
-  bf16* k_tiles = q_tile + elements;
-  bf16* v_tiles = k_tiles + 2 * elements;
+  constexpr int tile_bytes = operand_tile_bytes<D>();
+  unsigned char* q_tile = first_operand_tile<D>(shared);
+  unsigned char* k_tiles = q_tile + tile_bytes;
+  unsigned char* v_tiles = k_tiles + 2 * tile_bytes;
+  const auto load = load_operand_tile<D>;
   const bf16* q_src = q + (where.start + q0) * q_stride + h * D;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
-  load_tile<D>(q_tile, q_src, q_stride, key_end - q0);
-  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
-  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  load(q_tile, q_src, q_stride, key_end - q0);
+  load(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load(v_tiles, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
   float o[D / 8][4] = {};
@@ -398,16 +502,20 @@ __global__ void __launch_bounds__(kThreads)
     const int stage = n & 1, key0 = n * kTile;
     if (n + 1 < key_tiles) {
       const int next = key0 + kTile;
-      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
-      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load(k_tiles + (stage ^ 1) * tile_bytes, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load(v_tiles + (stage ^ 1) * tile_bytes, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
       copy_async_commit();
       copy_async_wait<1>();
     } else {
       copy_async_wait<0>();
     }
-    __syncthreads();
-    float s[kTile / 8][4] = {};
-    multiply_rows<D>(s, q_tile, warp * 16, k_tiles + stage * elements, lane);
+    const unsigned char* k_tile = k_tiles + stage * tile_bytes;
+    const unsigned char* v_tile = v_tiles + stage * tile_bytes;
+    operand_tiles_ready<D>();
+    float s[kTile / 8][4];
+    begin_products<D>();
+    score_product<D>(s, q_tile, k_tile, lane);
+    end_products<D>();
     if (key0 + kTile - 1 > q0) {  // the tile reaches past the diagonal: hide future keys
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -447,7 +555,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     unsigned p[kTile / 16][4];
     as_a_operands(p, s);
-    accumulate_product<D>(o, p, v_tiles + stage * elements, lane);
+    begin_products<D>();
+    weight_product<D>(o, p, v_tile, lane);
+    end_products<D>();
     __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
 
@@ -495,7 +605,7 @@ __global__ void __launch_bounds__(kDotThreads)
 }
 
 template <int D>
-constexpr int query_shared_bytes = 6 * TileLayout<D>::bytes;  // Q, dO; K and V twice
+constexpr int query_shared_bytes = tiles_shared_bytes<D>(6);  // Q, dO; K and V twice
 
 // dq for one tile of 64 queries of one head: loops over the key tiles its rows see,
 // recomputing P and dS (three products a key tile).
@@ -514,18 +624,18 @@ __global__ void __launch_bounds__(kThreads)
   const int key_tiles = (key_end + kTile - 1) / kTile;
   const float scale_log2 = geo.scale * kLog2e;
 
-  constexpr int elements = TileLayout<D>::elements;
-  bf16* q_tile = reinterpret_cast<bf16*>(shared);
-  bf16* dout_tile = q_tile + elements;
-  bf16* k_tiles = dout_tile + elements;
-  bf16* v_tiles = k_tiles + 2 * elements;
+  constexpr int tile_bytes = operand_tile_bytes<D>();
+  unsigned char* q_tile = first_operand_tile<D>(shared);
+  unsigned char* dout_tile = q_tile + tile_bytes;
+  unsigned char* k_tiles = dout_tile + tile_bytes;
+  unsigned char* v_tiles = k_tiles + 2 * tile_bytes;
   const int64_t row0 = where.start + q0;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
-  load_tile<D>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
-  load_tile<D>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
-  load_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
-  load_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  load_operand_tile<D>(q_tile, q + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_operand_tile<D>(dout_tile, dout + row0 * q_stride + h * D, q_stride, key_end - q0);
+  load_operand_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_operand_tile<D>(v_tiles, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
   // Statistics of this lane's rows (g and g+8): lse in log2 units (+inf past the sequence,
@@ -544,18 +654,22 @@ __global__ void __launch_bounds__(kThreads)
     const int stage = n & 1, key0 = n * kTile;
     if (n + 1 < key_tiles) {
       const int next = key0 + kTile;
-      load_tile<D>(k_tiles + (stage ^ 1) * elements, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
-      load_tile<D>(v_tiles + (stage ^ 1) * elements, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_operand_tile<D>(k_tiles + (stage ^ 1) * tile_bytes, k_src + next * kv_stride, kv_stride,
+                           min(kTile, key_end - next));
+      load_operand_tile<D>(v_tiles + (stage ^ 1) * tile_bytes, v_src + next * kv_stride, kv_stride,
+                           min(kTile, key_end - next));
       copy_async_commit();
       copy_async_wait<1>();
     } else {
       copy_async_wait<0>();
     }
-    __syncthreads();
-    const bf16* k_tile = k_tiles + stage * elements;
-    float s[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
-    multiply_rows<D>(s, q_tile, warp * 16, k_tile, lane);
-    multiply_rows<D>(ds, dout_tile, warp * 16, v_tiles + stage * elements, lane);  // dP = dO·Vᵀ
+    operand_tiles_ready<D>();
+    const unsigned char* k_tile = k_tiles + stage * tile_bytes;
+    float s[kTile / 8][4], ds[kTile / 8][4];
+    begin_products<D>();
+    score_product<D>(s, q_tile, k_tile, lane);
+    score_product<D>(ds, dout_tile, v_tiles + stage * tile_bytes, lane);  // dP = dO·Vᵀ
+    end_products<D>();
     const bool diagonal = key0 + kTile - 1 > q0;
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
@@ -567,14 +681,16 @@ __global__ void __launch_bounds__(kThreads)
       }
     unsigned ds_a[kTile / 16][4];
     as_a_operands(ds_a, ds);
-    accumulate_product<D>(dq_acc, ds_a, k_tile, lane);
+    begin_products<D>();
+    weight_product<D>(dq_acc, ds_a, k_tile, lane);
+    end_products<D>();
     __syncthreads();
   }
   store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
 }
 
 template <int D>
-constexpr int stored_query_shared_bytes = 2 * TileLayout<D>::bytes;  // K twice
+constexpr int stored_query_shared_bytes = tiles_shared_bytes<D>(2);  // K twice
 
 // A score tile in the scratch is in fragment order: backward_key_tiles' warp w writes its
 // A operand kk of dSᵀ (keys 16w.., queries 16kk..) as 32 lanes × 16 bytes at
@@ -614,11 +730,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q_stride = static_cast<int64_t>(geo.heads) * D, kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const int key_end = min(q0 + kTile, where.length);
 
-  constexpr int elements = TileLayout<D>::elements;
-  bf16* k_tiles = reinterpret_cast<bf16*>(shared);
+  constexpr int tile_bytes = operand_tile_bytes<D>();
+  unsigned char* k_tiles = first_operand_tile<D>(shared);
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const auto load_k = [&](int n, int stage) {
-    load_tile<D>(k_tiles + stage * elements, k_src + n * kTile * kv_stride, kv_stride, min(kTile, key_end - n * kTile));
+    load_operand_tile<D>(k_tiles + stage * tile_bytes, k_src + n * kTile * kv_stride, kv_stride,
+                         min(kTile, key_end - n * kTile));
     copy_async_commit();
   };
   const auto load_scores = [&](int n, uint4 (&stored)[kTile / 16]) {
@@ -646,8 +763,10 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       copy_async_wait<0>();
     }
-    __syncthreads();
-    accumulate_product<D>(dq_acc, ds_a, k_tiles + stage * elements, lane);
+    operand_tiles_ready<D>();
+    begin_products<D>();
+    weight_product<D>(dq_acc, ds_a, k_tiles + stage * tile_bytes, lane);
+    end_products<D>();
     __syncthreads();
   }
   store_rows<D>(dq + (where.start + q0) * q_stride + h * D, q_stride, where.length - q0, warp * 16, dq_acc, lane);
@@ -656,7 +775,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 struct KeyTileShared {
   static constexpr int tiles = 2 + 2 * 2;  // K, V; Q and dO twice
-  static constexpr int bytes = tiles * TileLayout<D>::bytes + 4 * kTile * static_cast<int>(sizeof(float));
+  static constexpr int bytes = tiles_shared_bytes<D>(tiles, 4 * kTile * static_cast<int>(sizeof(float)));
 };
 
 // dk and dv for one tile of 64 keys of one kv head: loops over every query head of the
@@ -681,24 +800,24 @@ __global__ void __launch_bounds__(kThreads)
   const int query_tiles = where.tiles - where.tile;  // per head, from the diagonal tile on
   const int items = group * query_tiles;
 
-  constexpr int elements = TileLayout<D>::elements;
-  bf16* k_tile = reinterpret_cast<bf16*>(shared);
-  bf16* v_tile = k_tile + elements;
-  bf16* staged = v_tile + elements;  // stage s: Q at staged + 2s·elements, then dO
-  float* lse_rows = reinterpret_cast<float*>(staged + 4 * elements);  // [2][kTile]
+  constexpr int tile_bytes = operand_tile_bytes<D>();
+  unsigned char* k_tile = first_operand_tile<D>(shared);
+  unsigned char* v_tile = k_tile + tile_bytes;
+  unsigned char* staged = v_tile + tile_bytes;  // stage s: Q at staged + 2s tiles, then dO
+  float* lse_rows = reinterpret_cast<float*>(staged + 4 * tile_bytes);  // [2][kTile]
   float* dot_rows = lse_rows + 2 * kTile;                              // [2][kTile], rowsum(dO∘O)
   const int64_t key_row0 = where.start + key0;
-  load_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
-  load_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+  load_operand_tile<D>(k_tile, k + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
+  load_operand_tile<D>(v_tile, v + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0);
 
   const auto item_head = [&](int item) { return kv_head * group + item / query_tiles; };
   const auto item_q0 = [&](int item) { return (where.tile + item % query_tiles) * kTile; };
   const auto load_item = [&](int item, int stage) {
     const int h = item_head(item), q0 = item_q0(item), rows = where.length - q0;
     const int64_t row0 = where.start + q0;
-    bf16* tiles = staged + 2 * stage * elements;
-    load_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
-    load_tile<D>(tiles + elements, dout + row0 * q_stride + h * D, q_stride, rows);
+    unsigned char* tiles = staged + 2 * stage * tile_bytes;
+    load_operand_tile<D>(tiles, q + row0 * q_stride + h * D, q_stride, rows);
+    load_operand_tile<D>(tiles + tile_bytes, dout + row0 * q_stride + h * D, q_stride, rows);
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
       const int64_t index = (row0 + r) * geo.heads + h;
       copy_async_4(lse_rows + stage * kTile + r, r < rows ? lse + index : lse, r < rows);
@@ -717,18 +836,20 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       copy_async_wait<0>();
     }
-    __syncthreads();
-    const bf16* q_staged = staged + 2 * stage * elements;
-    const bf16* dout_staged = q_staged + elements;
+    operand_tiles_ready<D>();
+    const unsigned char* q_staged = staged + 2 * stage * tile_bytes;
+    const unsigned char* dout_staged = q_staged + tile_bytes;
     const float* lse_stage = lse_rows + stage * kTile;
     const float* dot_stage = dot_rows + stage * kTile;
 
     // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
     unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
     {
-      float p[kTile / 8][4] = {}, ds[kTile / 8][4] = {};
-      multiply_rows<D>(p, k_tile, warp * 16, q_staged, lane);      // Sᵀ = K·Qᵀ
-      multiply_rows<D>(ds, v_tile, warp * 16, dout_staged, lane);  // dPᵀ = V·dOᵀ
+      float p[kTile / 8][4], ds[kTile / 8][4];
+      begin_products<D>();
+      score_product<D>(p, k_tile, q_staged, lane);      // Sᵀ = K·Qᵀ
+      score_product<D>(ds, v_tile, dout_staged, lane);  // dPᵀ = V·dOᵀ
+      end_products<D>();
       const bool diagonal = q0 < key0 + kTile - 1;
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -751,8 +872,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int kk = 0; kk < kTile / 16; ++kk)
         tile[score_fragment(warp, kk, lane)] = make_uint4(ds_a[kk][0], ds_a[kk][1], ds_a[kk][2], ds_a[kk][3]);
     }
-    accumulate_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
-    accumulate_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
+    begin_products<D>();
+    weight_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
+    weight_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
+    end_products<D>();
     __syncthreads();
   }
   store_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);

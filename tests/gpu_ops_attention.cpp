@@ -291,7 +291,8 @@ const std::vector<int> kOddLengths = {1, 7, 64, 129, 300};
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuAttention,
     ::testing::Values(
-        // Tensor-core path: Qwen3-0.6B's heads, then the other head sizes and GQA ratios.
+        // Tensor-core path: Qwen3-0.6B's heads, then the other head sizes and GQA ratios (the
+        // forward takes the warpgroup MMA at 128 and 64, mma.sync at 16 and 32).
         Case{kOddLengths, 16, 8, 128, DType::BF16}, Case{kOddLengths, 8, 2, 64, DType::BF16},
         Case{{1, 7, 0, 64, 129, 300}, 2, 2, 16, DType::BF16}, Case{kOddLengths, 4, 2, 32, DType::BF16},
         // Scalar path: a head size the tiles do not cover, and F32.

@@ -462,8 +462,10 @@ __device__ void weight_product(float (&acc)[D / 8][4], const unsigned (&weights)
   }
 }
 
+// Q, K twice and V once: small enough for 3 blocks an SM, whose products and softmaxes
+// interleave.
 template <int D>
-constexpr int forward_shared_bytes = tiles_shared_bytes<D>(5);  // Q, K and V twice
+constexpr int forward_shared_bytes = tiles_shared_bytes<D>(4);
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
@@ -484,14 +486,17 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int tile_bytes = operand_tile_bytes<D>();
   unsigned char* q_tile = first_operand_tile<D>(shared);
   unsigned char* k_tiles = q_tile + tile_bytes;
-  unsigned char* v_tiles = k_tiles + 2 * tile_bytes;
+  unsigned char* v_tile = k_tiles + 2 * tile_bytes;
   const auto load = load_operand_tile<D>;
   const bf16* q_src = q + (where.start + q0) * q_stride + h * D;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
+  // One commit group per load of keys or values, empty or not: keys n+1 go in at the top of
+  // step n, values n+1 at its end, once values n are read.
   load(q_tile, q_src, q_stride, key_end - q0);
   load(k_tiles, k_src, kv_stride, min(kTile, key_end));
-  load(v_tiles, v_src, kv_stride, min(kTile, key_end));
+  copy_async_commit();
+  load(v_tile, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
   float o[D / 8][4] = {};
@@ -499,18 +504,12 @@ __global__ void __launch_bounds__(kThreads)
   // lane's share of the running sum of exponentials.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   for (int n = 0; n < key_tiles; ++n) {
-    const int stage = n & 1, key0 = n * kTile;
-    if (n + 1 < key_tiles) {
-      const int next = key0 + kTile;
+    const int stage = n & 1, key0 = n * kTile, next = key0 + kTile;
+    if (n + 1 < key_tiles)
       load(k_tiles + (stage ^ 1) * tile_bytes, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
-      load(v_tiles + (stage ^ 1) * tile_bytes, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
-      copy_async_commit();
-      copy_async_wait<1>();
-    } else {
-      copy_async_wait<0>();
-    }
+    copy_async_commit();
+    copy_async_wait<2>();  // keys n
     const unsigned char* k_tile = k_tiles + stage * tile_bytes;
-    const unsigned char* v_tile = v_tiles + stage * tile_bytes;
     operand_tiles_ready<D>();
     float s[kTile / 8][4];
     begin_products<D>();
@@ -555,10 +554,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     unsigned p[kTile / 16][4];
     as_a_operands(p, s);
+    copy_async_wait<1>();  // values n
+    operand_tiles_ready<D>();
     begin_products<D>();
     weight_product<D>(o, p, v_tile, lane);
     end_products<D>();
-    __syncthreads();  // the next iteration's prefetch overwrites this stage
+    __syncthreads();  // values n + 1 and keys n + 2 overwrite values n and keys n
+    if (n + 1 < key_tiles) load(v_tile, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+    copy_async_commit();
   }
 
 #pragma unroll

@@ -1,5 +1,6 @@
 #include "world/stall_guard.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -101,10 +102,16 @@ void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const 
     if (timeout > 0 && waited > timeout && !reported) {
       int left_arrived = 0;
       MPI_Test(&requests[kTokenIn], &left_arrived, MPI_STATUS_IGNORE);
-      if (ring && !left_arrived)
-        end_job("rank " + std::to_string(ring->left_job_rank) + " has not reached " + what + " for " + format_fixed(waited, 1) +
-                " s (world.stall-timeout): it stopped answering; ending the job");
-      reported = true;  // the silent rank is further round the ring: its neighbour names it
+      // The silent neighbour may itself be waiting, in another collective, on the rank that
+      // stopped, and that wait times out about now too: it is named only after a grace, so
+      // that the stopped rank's own neighbour names it first.
+      if (ring && !left_arrived) {
+        if (waited > timeout + std::min(1.0, timeout / 4))
+          end_job("rank " + std::to_string(ring->left_job_rank) + " has not reached " + what + " for " +
+                  format_fixed(waited, 1) + " s (world.stall-timeout): it stopped answering; ending the job");
+      } else {
+        reported = true;  // the silent rank is further round the ring: its neighbour names it
+      }
     }
     // Give that neighbour time to report before ending the job from here.
     if (reported && waited > 2 * timeout + 5)

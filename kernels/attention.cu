@@ -487,16 +487,15 @@ __global__ void __launch_bounds__(kThreads)
   unsigned char* q_tile = first_operand_tile<D>(shared);
   unsigned char* k_tiles = q_tile + tile_bytes;
   unsigned char* v_tile = k_tiles + 2 * tile_bytes;
-  const auto load = load_operand_tile<D>;
   const bf16* q_src = q + (where.start + q0) * q_stride + h * D;
   const bf16* k_src = k + where.start * kv_stride + kv_head * D;
   const bf16* v_src = v + where.start * kv_stride + kv_head * D;
   // One commit group per load of keys or values, empty or not: keys n+1 go in at the top of
   // step n, values n+1 at its end, once values n are read.
-  load(q_tile, q_src, q_stride, key_end - q0);
-  load(k_tiles, k_src, kv_stride, min(kTile, key_end));
+  load_operand_tile<D>(q_tile, q_src, q_stride, key_end - q0);
+  load_operand_tile<D>(k_tiles, k_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
-  load(v_tile, v_src, kv_stride, min(kTile, key_end));
+  load_operand_tile<D>(v_tile, v_src, kv_stride, min(kTile, key_end));
   copy_async_commit();
 
   float o[D / 8][4] = {};
@@ -506,7 +505,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < key_tiles; ++n) {
     const int stage = n & 1, key0 = n * kTile, next = key0 + kTile;
     if (n + 1 < key_tiles)
-      load(k_tiles + (stage ^ 1) * tile_bytes, k_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+      load_operand_tile<D>(k_tiles + (stage ^ 1) * tile_bytes, k_src + next * kv_stride, kv_stride,
+                           min(kTile, key_end - next));
     copy_async_commit();
     copy_async_wait<2>();  // keys n
     const unsigned char* k_tile = k_tiles + stage * tile_bytes;
@@ -560,7 +560,8 @@ __global__ void __launch_bounds__(kThreads)
     weight_product<D>(o, p, v_tile, lane);
     end_products<D>();
     __syncthreads();  // values n + 1 and keys n + 2 overwrite values n and keys n
-    if (n + 1 < key_tiles) load(v_tile, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
+    if (n + 1 < key_tiles)
+      load_operand_tile<D>(v_tile, v_src + next * kv_stride, kv_stride, min(kTile, key_end - next));
     copy_async_commit();
   }
 

@@ -77,6 +77,12 @@ void CudaOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Ten
 void CudaOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) {
   cuda::rope_backward(dx, positions, inv_freq, heads, stream_);
 }
+
+void CudaOps::rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                    const Tensor& weight, const Tensor& rstd, const Tensor& positions,
+                                    const Tensor& inv_freq, int heads) {
+  cuda::rmsnorm_rope_backward(dx, dweight, dout, x, weight, rstd, positions, inv_freq, heads, stream_);
+}
 void CudaOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                                    const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
                                    const Tensor& inv_freq, int heads, int kv_heads, float eps, const Tensor& q_rstd,

@@ -96,21 +96,39 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
   }
 }
 
+// The rotation behind a per-head norm (qk_norm_rope_forward's order), which the backward
+// undoes on each head's gradient before the norm's: rows are (token, head) pairs, `heads`
+// a token, rotated by position · inv_freq[i] (dims i and i + columns/2 together).
+struct RopeAngles {
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int heads = 0;
+};
+// A rotating block's rows span at most this many tokens, whose angles it computes once
+// into shared memory for all their heads.
+constexpr int64_t kRopeTokensPerBlock = 32;
+
 // Block b owns rows [b·rows_per_block, (b+1)·rows_per_block) (a multiple of the teams per
 // block, so every team runs the same number of steps); team t takes every teams-th row
 // from t. Each lane sums dout·x·rstd over its rows in registers; the block then writes the
 // sum over its teams, in team order, as partials[b]. AccumulateDx adds into dx, else dx is
-// overwritten without being read.
-template <class T, int N, int S, bool AccumulateDx>
+// overwritten without being read. With Rope, dout is the gradient of the rotated rows: a
+// lane rotates its packs back with their partners in the other half of the head (the
+// rope backward in registers, where a kernel of its own read and wrote the gradient).
+template <class T, int N, int S, bool AccumulateDx, bool Rope>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     rmsnorm_backward_kernel(T* dx, float* partials, const T* dout, const T* x, const T* weight, const float* rstd,
-                            int64_t rows, int columns, int64_t rows_per_block) {
+                            int64_t rows, int columns, int64_t rows_per_block, RopeAngles rope) {
   constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
   using P = Pack<T, N>;
-  extern __shared__ __align__(16) float team_dweight[];  // [teams][columns], when teams > 1
+  // [teams][columns] of team sums when teams > 1, then with Rope the block's angles
+  // [tokens][columns / 2] of (cos, sin).
+  extern __shared__ __align__(16) float shared[];
+  float* team_dweight = shared;
+  float2* angles = reinterpret_cast<float2*>(shared + (teams > 1 ? teams * columns : 0));
   __shared__ float warp_sums[teams * S / 32];
   const int team = threadIdx.x / S, lane = threadIdx.x % S;
-  const int packs = columns / N;
+  const int packs = columns / N, half = columns / 2;
   bool owned[L];
   P w[L];
   float dweight[L][N];
@@ -123,18 +141,45 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
   }
 
   const int64_t first = blockIdx.x * rows_per_block;
+  int64_t first_token = 0;
+  if constexpr (Rope) {
+    first_token = first / rope.heads;
+    const int64_t tokens = (min(first + rows_per_block, rows) - 1) / rope.heads - first_token + 1;
+    // The angle is rounded to FP32 before sin/cos, as the forward computed it.
+    for (int i = threadIdx.x; i < tokens * half; i += blockDim.x) {
+      float sine, cosine;
+      sincosf(static_cast<float>(rope.positions[first_token + i / half]) * rope.inv_freq[i % half], &sine, &cosine);
+      angles[i] = make_float2(cosine, sine);
+    }
+    __syncthreads();
+  }
   for (int64_t row = first + team; row < first + rows_per_block; row += teams) {
     const bool valid = row < rows;
     const P* dy = reinterpret_cast<const P*>(dout + row * columns);
     const P* xr = reinterpret_cast<const P*>(x + row * columns);
     P* dxr = reinterpret_cast<P*>(dx + row * columns);
-    P g[L], v[L], d[L];
+    P v[L], d[L];
+    float g[L][N];
 #pragma unroll
     for (int j = 0; j < L; ++j) {
-      if (valid && owned[j]) {
-        g[j] = dy[lane + j * S];
-        v[j] = xr[lane + j * S];
-        if constexpr (AccumulateDx) d[j] = dxr[lane + j * S];
+      if (!valid || !owned[j]) continue;
+      const int p = lane + j * S;
+      const P own = dy[p];
+      v[j] = xr[p];
+      if constexpr (AccumulateDx) d[j] = dxr[p];
+      if constexpr (Rope) {
+        // y1 = x1·cos - x2·sin, y2 = x2·cos + x1·sin; so dx1 = dy1·cos + dy2·sin and
+        // dx2 = dy2·cos - dy1·sin.
+        const bool first_half = p < packs / 2;
+        const P partner = dy[first_half ? p + packs / 2 : p - packs / 2];
+        const float sign = first_half ? 1.0f : -1.0f;
+        const float2* a = angles + (row / rope.heads - first_token) * half + (p % (packs / 2)) * N;
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          g[j][k] = to_float(own.v[k]) * a[k].x + sign * to_float(partner.v[k]) * a[k].y;
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) g[j][k] = to_float(own.v[k]);
       }
     }
     const float r = valid ? rstd[row] : 0.0f;
@@ -144,7 +189,7 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     for (int j = 0; j < L; ++j) {
       if (!valid || !owned[j]) continue;
 #pragma unroll
-      for (int k = 0; k < N; ++k) dot += to_float(g[j].v[k]) * to_float(w[j].v[k]) * to_float(v[j].v[k]);
+      for (int k = 0; k < N; ++k) dot += g[j][k] * to_float(w[j].v[k]) * to_float(v[j].v[k]);
     }
     const float mean = team_sum<S>(dot, warp_sums) * r / static_cast<float>(columns);
 #pragma unroll
@@ -152,7 +197,7 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
       if (!valid || !owned[j]) continue;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float gk = to_float(g[j].v[k]), vk = to_float(v[j].v[k]);
+        const float gk = g[j][k], vk = to_float(v[j].v[k]);
         const float share = r * (gk * to_float(w[j].v[k]) - vk * r * mean);
         if constexpr (AccumulateDx)
           d[j].v[k] = from_float<T>(to_float(d[j].v[k]) + share);
@@ -241,6 +286,62 @@ void launch_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor&
   });
 }
 
+// The backward kernels for checked arguments, x [N, D]; rope.heads is 0 for the plain norm.
+void launch_rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                             const Tensor& weight, const Tensor& rstd, GradWrite dx_write, RopeAngles rope,
+                             cudaStream_t stream, const char* op) {
+  const int64_t N = x.shape[0], D = x.shape[1];
+  if (N == 0 || D == 0) return;
+  const bool rotate = rope.heads > 0;
+  dispatch_data(x.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    auto launch = [&](auto pack, auto accumulate, auto with_rope) {
+      constexpr int P = decltype(pack)::value;
+      constexpr int L = kPacksPerLane<P>;
+      with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
+        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
+        // The chunking depends on the shape alone, never on the device, so the order
+        // of every sum is the same on every GPU and every run.
+        int64_t rows_per_block = teams * ((N + teams * kMaxPartials - 1) / (teams * kMaxPartials));
+        if (rotate)
+          rows_per_block =
+              std::min(rows_per_block, std::max<int64_t>(teams, kRopeTokensPerBlock * rope.heads / teams * teams));
+        const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
+        const int64_t block_tokens = rotate ? (rows_per_block - 1) / rope.heads + 2 : 0;
+        const StreamScratch partials(static_cast<size_t>(blocks * D) * sizeof(float), stream, op);
+        const size_t shared_bytes = (teams > 1 ? static_cast<size_t>(teams * D) * sizeof(float) : 0) +
+                                    static_cast<size_t>(block_tokens * (D / 2)) * sizeof(float2);
+        if (shared_bytes > 48 * 1024)
+          throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(D) + " with " +
+                                      std::to_string(rope.heads) + " heads a token need " +
+                                      std::to_string(shared_bytes) + " bytes of shared memory, over 48 KiB");
+        rmsnorm_backward_kernel<E, P, S, decltype(accumulate)::value, decltype(with_rope)::value>
+            <<<static_cast<unsigned>(blocks), teams * S, shared_bytes, stream>>>(
+                dx.ptr<E>(), partials.at<float>(0), dout.ptr<E>(), x.ptr<E>(), weight.ptr<E>(), rstd.ptr<float>(), N,
+                static_cast<int>(D), rows_per_block, rope);
+        check_launch(op);
+        rmsnorm_dweight_kernel<<<static_cast<unsigned>((D + 31) / 32), dim3(32, 32), 0, stream>>>(
+            dweight.ptr<float>(), partials.at<float>(0), blocks, static_cast<int>(D));
+      });
+    };
+    // A pack never straddles the two halves a rotation pairs.
+    const int64_t pack_unit = rotate ? D / 2 : D;
+    auto with_pack = [&](auto accumulate, auto with_rope) {
+      if (pack_unit % kPack<E> == 0 && aligned16(dx.data, dout.data, x.data, weight.data))
+        launch(std::integral_constant<int, kPack<E>>{}, accumulate, with_rope);
+      else
+        launch(std::integral_constant<int, 1>{}, accumulate, with_rope);
+    };
+    if (rotate)
+      with_pack(std::false_type{}, std::true_type{});
+    else if (dx_write == GradWrite::accumulate)
+      with_pack(std::true_type{}, std::false_type{});
+    else
+      with_pack(std::false_type{}, std::false_type{});
+    check_launch(op);
+  });
+}
+
 }  // namespace
 
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
@@ -277,40 +378,30 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dou
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_row_width(D, op);
-  if (N == 0 || D == 0) return;
-  dispatch_data(x.dtype, [&](auto tag) {
-    using E = decltype(tag);
-    auto launch = [&](auto pack, auto accumulate) {
-      constexpr int P = decltype(pack)::value;
-      constexpr int L = kPacksPerLane<P>;
-      with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
-        constexpr int S = decltype(team)::value, teams = kTeamsPerBlock<S>;
-        // The chunking depends on the shape alone, never on the device, so the order
-        // of every sum is the same on every GPU and every run.
-        const int64_t rows_per_block = teams * ((N + teams * kMaxPartials - 1) / (teams * kMaxPartials));
-        const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
-        const StreamScratch partials(static_cast<size_t>(blocks * D) * sizeof(float), stream, op);
-        const size_t shared_bytes = teams > 1 ? static_cast<size_t>(teams * D) * sizeof(float) : 0;
-        rmsnorm_backward_kernel<E, P, S, decltype(accumulate)::value><<<static_cast<unsigned>(blocks), teams * S, shared_bytes, stream>>>(
-            dx.ptr<E>(), partials.at<float>(0), dout.ptr<E>(), x.ptr<E>(), weight.ptr<E>(), rstd.ptr<float>(), N,
-            static_cast<int>(D), rows_per_block);
-        check_launch(op);
-        rmsnorm_dweight_kernel<<<static_cast<unsigned>((D + 31) / 32), dim3(32, 32), 0, stream>>>(
-            dweight.ptr<float>(), partials.at<float>(0), blocks, static_cast<int>(D));
-      });
-    };
-    auto with_pack = [&](auto accumulate) {
-      if (D % kPack<E> == 0 && aligned16(dx.data, dout.data, x.data, weight.data))
-        launch(std::integral_constant<int, kPack<E>>{}, accumulate);
-      else
-        launch(std::integral_constant<int, 1>{}, accumulate);
-    };
-    if (dx_write == GradWrite::accumulate)
-      with_pack(std::true_type{});
-    else
-      with_pack(std::false_type{});
-    check_launch(op);
-  });
+  launch_rmsnorm_backward(dx, dweight, dout, x, weight, rstd, dx_write, RopeAngles{}, stream, op);
+}
+
+void rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                           const Tensor& weight, const Tensor& rstd, const Tensor& positions, const Tensor& inv_freq,
+                           int heads, cudaStream_t stream) {
+  constexpr const char* op = "cuda::rmsnorm_rope_backward";
+  check_op_arg(x, op, "x", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
+  const int64_t T = x.shape[0];
+  if (heads <= 0 || x.shape[1] % heads != 0 || (x.shape[1] / heads) % 2 != 0)
+    throw std::invalid_argument(std::string(op) + ": " + x.describe() + " does not split into " +
+                                std::to_string(heads) + " heads of even size");
+  const int64_t D = x.shape[1] / heads;
+  check_op_arg(dx, op, "dx", Device::CUDA, {x.dtype}, {T, heads * D});
+  check_op_arg(dweight, op, "dweight", Device::CUDA, {DType::F32}, {D});
+  check_op_arg(dout, op, "dout", Device::CUDA, {x.dtype}, {T, heads * D});
+  check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
+  check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {T * heads});
+  check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
+  check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
+  check_row_width(D, op);
+  const auto per_head = [&](const Tensor& t) { return Tensor::view(t.data, t.dtype, t.device, {T * heads, D}); };
+  launch_rmsnorm_backward(per_head(dx), dweight, per_head(dout), per_head(x), weight, rstd, GradWrite::overwrite,
+                          RopeAngles{positions.ptr<int32_t>(), inv_freq.ptr<float>(), heads}, stream, op);
 }
 
 }  // namespace tandem::cuda

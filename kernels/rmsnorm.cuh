@@ -31,5 +31,11 @@ void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hi
 // memory of at most 512·D·4 bytes.
 void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                       const Tensor& weight, const Tensor& rstd, GradWrite dx_write, cudaStream_t stream);
+// The backward of the per-head norm then RoPE of qk_norm_rope_forward, for q or for k, in
+// one pass (Ops::rmsnorm_rope_backward; CPU twin: CpuOps::rope_backward then
+// rmsnorm_backward). x, dx, dout [T, heads·head_dim]; rstd F32 [T·heads].
+void rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                           const Tensor& weight, const Tensor& rstd, const Tensor& positions, const Tensor& inv_freq,
+                           int heads, cudaStream_t stream);
 
 }  // namespace tandem::cuda

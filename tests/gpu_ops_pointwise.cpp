@@ -474,6 +474,63 @@ TEST_F(GpuPointwise, RopeBackwardMatchesCpu) {
   }
 }
 
+// The per-head norm's backward behind RoPE in one pass, against CpuOps (RoPE's backward,
+// then the norm's). Beside the rope shapes: tokens spanning many blocks, one head a token.
+TEST_F(GpuPointwise, RmsnormRopeBackwardMatchesCpu) {
+  std::vector<RopeShape> shapes(std::begin(kRopeShapes), std::end(kRopeShapes));
+  shapes.push_back({2049, 16, 128});
+  shapes.push_back({1000, 1, 128});
+  for (DType dtype : kDataTypes) {
+    for (const auto& [T, heads, head_dim] : shapes) {
+      const int64_t W = heads * head_dim;
+      std::vector<int32_t> position_values(T);
+      for (int32_t& p : position_values) p = integer(0, 32767);
+      const Ints positions(position_values);
+      const Operand freq(DType::F32, {head_dim / 2}, inv_freq(head_dim));
+      const Operand x(dtype, {T, W}, normal(T * W, 0.0f, 2.0f));
+      const Operand weight(dtype, {head_dim}, normal(head_dim, 1.0f, 0.1f));
+      const Operand dout(dtype, {T, W}, normal(T * W));
+      Operand dx(dtype, {T, W}, nans(T * W));
+      Operand dweight(DType::F32, {head_dim}, normal(head_dim));
+      std::vector<float> normed(T * W), rstd_values(T * heads);
+      cpu_.rmsnorm_forward(Tensor::view(normed.data(), DType::F32, Device::CPU, {T * heads, head_dim}),
+                           Tensor::view(rstd_values.data(), DType::F32, Device::CPU, {T * heads}),
+                           Tensor::view(x.cpu().data, DType::F32, Device::CPU, {T * heads, head_dim}), weight.cpu(),
+                           1e-6f);
+      const Operand rstd(DType::F32, {T * heads}, rstd_values);
+      for (int call = 1; call <= 2; ++call) {
+        cpu_.rmsnorm_rope_backward(dx.cpu(), dweight.cpu(), dout.cpu(), x.cpu(), weight.cpu(), rstd.cpu(),
+                                   positions.cpu(), freq.cpu(), heads);
+        cuda::rmsnorm_rope_backward(dx.gpu(), dweight.gpu(), dout.gpu(), x.gpu(), weight.gpu(), rstd.gpu(),
+                                    positions.gpu(), freq.gpu(), heads, nullptr);
+        const std::string what =
+            label("rmsnorm_rope_backward", dtype, {T, heads, head_dim}) + " call " + std::to_string(call);
+        expect_close(dx.download(), dx.host(), data_tolerance(dtype), what + " dx");
+        expect_close(dweight.download(), dweight.host(), kF32Sums, what + " dweight");
+        expect_close(dout.download(), dout.host(), kExact, what + " dout (left as it was)");
+      }
+    }
+  }
+}
+
+TEST_F(GpuPointwise, RmsnormRopeBackwardRefusesBadArguments) {
+  const Tensor x = device_view(DType::BF16, {3, 8 * 128}), weight = device_view(DType::BF16, {128});
+  const Tensor dweight = device_view(DType::F32, {128}), rstd = device_view(DType::F32, {3 * 8});
+  const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
+  const char* op = "cuda::rmsnorm_rope_backward";
+  expect_refused([&] { cuda::rmsnorm_rope_backward(x, dweight, x, x, weight, rstd, positions, freq, 7, nullptr); },
+                 op, "7 heads");
+  expect_refused([&] { cuda::rmsnorm_rope_backward(x, dweight, x, x, weight, device_view(DType::F32, {3}), positions,
+                                                   freq, 8, nullptr); },
+                 op, "'rstd'");
+  expect_refused([&] { cuda::rmsnorm_rope_backward(x, dweight, x, x, weight, rstd, positions,
+                                                   device_view(DType::F32, {32}), 8, nullptr); },
+                 op, "'inv_freq'");
+  expect_refused([&] { cuda::rmsnorm_rope_backward(x, dweight, device_view(DType::BF16, {3, 4 * 128}), x, weight,
+                                                   rstd, positions, freq, 8, nullptr); },
+                 op, "'dout'");
+}
+
 TEST_F(GpuPointwise, RopeRefusesBadArguments) {
   const Tensor dx = device_view(DType::BF16, {3, 8 * 128}), positions = device_view(DType::I32, {3});
   const Tensor freq = device_view(DType::F32, {64});

@@ -278,6 +278,21 @@ void CpuOps::rope_backward(const Tensor& dx, const Tensor& positions, const Tens
   rope_rotate(dx, positions, inv_freq, heads, -1.0f, "rope_backward");
 }
 
+// The unfused pieces: RoPE's backward on a copy of dout, then the per-head norm's.
+void CpuOps::rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                   const Tensor& weight, const Tensor& rstd, const Tensor& positions,
+                                   const Tensor& inv_freq, int heads) {
+  constexpr const char* op = "rmsnorm_rope_backward";
+  expect_f32(x, op, "x", {kAny, kAny});
+  const int64_t T = x.shape[0], D = head_dim_of(x, heads, op);
+  expect_f32(dout, op, "dout", {T, heads * D});
+  std::vector<float> rotated(dout.ptr<float>(), dout.ptr<float>() + dout.numel());
+  const Tensor d_rotated = Tensor::view(rotated.data(), DType::F32, Device::CPU, {T, heads * D});
+  rope_backward(d_rotated, positions, inv_freq, heads);
+  const auto per_head = [&](const Tensor& t) { return Tensor::view(t.data, t.dtype, t.device, {T * heads, D}); };
+  rmsnorm_backward(per_head(dx), dweight, per_head(d_rotated), per_head(x), weight, rstd, GradWrite::overwrite);
+}
+
 // Per head: rmsnorm_forward then rope_forward, the unfused pieces in their order.
 void CpuOps::qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,

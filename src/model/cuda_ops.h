@@ -48,6 +48,9 @@ class CudaOps final : public Ops {
                        const Tensor& x, const Tensor& weight, GradWrite dx_write) override;
 
   void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) override;
+  void rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                             const Tensor& weight, const Tensor& rstd, const Tensor& positions, const Tensor& inv_freq,
+                             int heads) override;
   void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor& q, const Tensor& k,
                             const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
                             int heads, int kv_heads, float eps, const Tensor& q_rstd,

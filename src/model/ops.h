@@ -70,6 +70,14 @@ class Ops {
   // rotation is part of qk_norm_rope_forward; the backward pass rotates the gradient dx
   // [T, heads*head_dim] back by the same angles, in place.
   virtual void rope_backward(const Tensor& dx, const Tensor& positions, const Tensor& inv_freq, int heads) = 0;
+  // The backward of qk_norm_rope_forward's per-head norm and RoPE, for q or for k: dout is
+  // the gradient of the normed, rotated heads, x the projection before its norm (x, dout,
+  // dx [T, heads*head_dim]); dx is overwritten with x's gradient and dweight F32
+  // [head_dim] += as rmsnorm_backward's. rstd F32 [T*heads] is the forward's. dout is
+  // left as it is.
+  virtual void rmsnorm_rope_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
+                                     const Tensor& weight, const Tensor& rstd, const Tensor& positions,
+                                     const Tensor& inv_freq, int heads) = 0;
   // Attention's inputs in one pass: every head of q [T, heads*head_dim] and of k [T,
   // kv_heads*head_dim] goes through per-head RMSNorm with weight q_norm / k_norm [head_dim]
   // (Qwen3's qk_norm), then RoPE, into q_out and k_out (shaped as q and k; they may alias

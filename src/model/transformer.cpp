@@ -154,16 +154,17 @@ void Transformer::backward(const ParameterSet& params, const ParameterSet& grads
     const Tensor d_q_rope = rows(acts.d_q_rope), d_k_rope = rows(acts.d_k_rope), d_v = rows(acts.d_v);
     ops_.attention_backward(d_q_rope, d_k_rope, d_v, rows(acts.d_attention), rows(a.attention), rows(a.lse),
                             rows(a.q_rope), rows(a.k_rope), rows(a.v), cu, H, KV, attention_scratch);
-    ops_.rope_backward(d_q_rope, positions, acts.inv_freq, H);
-    ops_.rope_backward(d_k_rope, positions, acts.inv_freq, KV);
     Tensor d_q = d_q_rope, d_k = d_k_rope;
     if (config_.qk_norm) {
       d_q = rows(acts.d_q);
       d_k = rows(acts.d_k);
-      ops_.rmsnorm_backward(per_head_rows(d_q, H), g.q_norm, per_head_rows(d_q_rope, H), per_head_rows(rows(a.q), H),
-                            p.q_norm, flat(rows(a.q_rstd)), overwrite);
-      ops_.rmsnorm_backward(per_head_rows(d_k, KV), g.k_norm, per_head_rows(d_k_rope, KV),
-                            per_head_rows(rows(a.k), KV), p.k_norm, flat(rows(a.k_rstd)), overwrite);
+      ops_.rmsnorm_rope_backward(d_q, g.q_norm, d_q_rope, rows(a.q), p.q_norm, flat(rows(a.q_rstd)), positions,
+                                 acts.inv_freq, H);
+      ops_.rmsnorm_rope_backward(d_k, g.k_norm, d_k_rope, rows(a.k), p.k_norm, flat(rows(a.k_rstd)), positions,
+                                 acts.inv_freq, KV);
+    } else {
+      ops_.rope_backward(d_q_rope, positions, acts.inv_freq, H);
+      ops_.rope_backward(d_k_rope, positions, acts.inv_freq, KV);
     }
     ops_.rmsnorm_forward(normed, rows(a.input_rstd), input, p.input_norm, eps);
     ops_.matmul_backward(d_normed, g.q_proj, g.q_bias, d_q, normed, p.q_proj, overwrite);

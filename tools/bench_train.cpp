@@ -26,11 +26,7 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include <cublas_v2.h>
-
-#include "adamw.cuh"
 #include "logprobs.cuh"
-#include "muon.cuh"
 #include "model/cuda_ops.h"
 #include "model/cross_entropy.h"
 #include "model/transformer.h"
@@ -105,49 +101,27 @@ int main(int argc, char** argv) {
     const std::vector<float> host = random_weights(layout, 1);
     check(cudaMemcpy(master->ptr, host.data(), P * 4, cudaMemcpyHostToDevice), "upload weights");
   }
-  CudaOps ops;
+  // The step runs as the trainer runs it: the decoder's ops and the optimizer step
+  // (OptimizerStep) on one trainer backend's stream.
+  std::unique_ptr<TrainerBackend> backend = make_cuda_trainer_backend();
+  CudaOps& ops = dynamic_cast<CudaOps&>(backend->ops());
   const AdamWSettings adamw{.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   settings.adamw = adamw;
-  cublasHandle_t cublas = nullptr;
-  if (muon) {
-    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) check(cudaErrorUnknown, "cublasCreate");
-    cublasSetStream(cublas, ops.stream());
-  }
-  // The streamed step runs on the trainer backend's own stream: the device is idle before
-  // and after it.
-  std::unique_ptr<TrainerBackend> backend = streamed ? make_cuda_trainer_backend() : nullptr;
-  std::unique_ptr<OptimizerStep> streamed_step;
-  if (streamed) {
-    float* store = static_cast<float*>(host_state ? host_state->data() : file_state->data());
-    auto flat = [&](void* data, DType dtype, Device device) { return Tensor::view(data, dtype, device, {P}); };
-    const PolicyTrainerMemory memory{flat(master->ptr, DType::F32, Device::CUDA), flat(grads_slab->ptr, DType::F32, Device::CUDA),
-                                     flat(store, DType::F32, Device::CPU),        flat(store + P, DType::F32, Device::CPU),
-                                     flat(working->ptr, DType::BF16, Device::CUDA), acts_slab->ptr,
-                                     static_cast<float*>(staging->ptr),           slot_bytes / 4};
-    streamed_step = std::make_unique<OptimizerStep>(layout, SlabShards::whole(layout), memory, *backend);
-  }
+  settings.momentum = 0.95;
+  auto flat = [&](void* data, DType dtype, Device device) { return Tensor::view(data, dtype, device, {P}); };
+  float* store = streamed ? static_cast<float*>(host_state ? host_state->data() : file_state->data()) : nullptr;
+  const PolicyTrainerMemory memory{
+      flat(master->ptr, DType::F32, Device::CUDA),
+      flat(grads_slab->ptr, DType::F32, Device::CUDA),
+      streamed ? flat(store, DType::F32, Device::CPU) : flat(exp_avg->ptr, DType::F32, Device::CUDA),
+      streamed ? flat(store + P, DType::F32, Device::CPU) : flat(exp_avg_sq->ptr, DType::F32, Device::CUDA),
+      flat(working->ptr, DType::BF16, Device::CUDA),
+      acts_slab->ptr,
+      streamed ? static_cast<float*>(staging->ptr) : nullptr,
+      streamed ? slot_bytes / 4 : 0};
+  OptimizerStep step_optimizer(layout, SlabShards::whole(layout), memory, *backend);
   size_t streamed_bytes = 0;  // by the last streamed step
-  auto optimizer_step = [&](int64_t step) {
-    if (streamed) {
-      ops.synchronize();
-      streamed_bytes = streamed_step->run(settings, adamw.lr, step);
-      backend->synchronize();
-      return;
-    }
-    for (const ParameterInfo& info : layout.tensors()) {
-      if (muon && takes_muon(info)) continue;
-      const size_t offset = static_cast<size_t>(info.offset), n = static_cast<size_t>(info.numel());
-      cuda::adamw_step(static_cast<float*>(master->ptr) + offset, static_cast<float*>(grads_slab->ptr) + offset,
-                       static_cast<float*>(exp_avg->ptr) + offset, static_cast<float*>(exp_avg_sq->ptr) + offset, n,
-                       adamw_scalars(adamw, step, info.shape.size() == 2), static_cast<uint16_t*>(working->ptr) + offset,
-                       ops.stream());
-    }
-    const MuonSettings muon_settings{adamw.lr, 0.95, adamw.weight_decay};
-    for (const MuonGroup& group : muon_matrices)
-      cuda::muon_step(group, static_cast<float*>(master->ptr), static_cast<float*>(grads_slab->ptr),
-                      static_cast<float*>(exp_avg->ptr), static_cast<uint16_t*>(working->ptr),
-                      muon_scalars(muon_settings, group.m, group.n), acts_slab->ptr, cublas, ops.stream());
-  };
+  auto optimizer_step = [&](int64_t step) { streamed_bytes = step_optimizer.run(settings, adamw.lr, step); };
   optimizer_step(1);  // also writes the first BF16 working copy
 
   const ParameterSet params = ParameterSet::bind(layout, working->ptr, DType::BF16, Device::CUDA);
@@ -229,7 +203,6 @@ int main(int argc, char** argv) {
     std::printf("  state on %s: 2 slots of %s | %s read + written per step at %.2f GB/s\n", state.c_str(),
                 format_bytes(static_cast<double>(slot_bytes)).c_str(), format_bytes(static_cast<double>(streamed_bytes)).c_str(),
                 streamed_bytes / (optimizer_ms / steps * 1e-3) / 1e9);
-  if (cublas) cublasDestroy(cublas);
   return 0;
 }
 #else

@@ -17,6 +17,16 @@ void OptimizerStep::plan(OptimizerKind optimizer) {
   if (planned_ && planned_optimizer_ == optimizer) return;
   const bool muon = optimizer == OptimizerKind::Muon;
   adamw_pieces_ = adamw_pieces(layout_, optimizer, shard_);
+  // Neighbours in the slab with the same decay step as one run.
+  adamw_runs_.clear();
+  for (const SlabPiece& piece : adamw_pieces_) {
+    const bool decayed = layout_.tensors()[piece.tensor].shape.size() == 2;
+    AdamWRun* last = adamw_runs_.empty() ? nullptr : &adamw_runs_.back();
+    if (last && last->decayed == decayed && last->offset + last->count == piece.offset)
+      last->count += piece.count;
+    else
+      adamw_runs_.push_back({piece.offset, piece.count, decayed});
+  }
   muon_groups_ = muon ? muon_groups_in(layout_, shard_) : std::vector<MuonGroup>();
   if (memory_.state_staging) {
     state_chunks_ = plan_state_chunks(adamw_pieces_, memory_.state_slot_elements);
@@ -33,13 +43,8 @@ size_t OptimizerStep::run(const OptimizerSettings& optimizer, double lr, int64_t
   const MuonSettings muon_settings{lr, optimizer.momentum, optimizer.adamw.weight_decay};
   if (memory_.state_staging) return streamed(adamw, muon_settings, step, working_);
   float* master = memory_.master.ptr<float>();
-  for (const SlabPiece& piece : adamw_pieces_) {
-    const ParameterInfo& info = layout_.tensors()[piece.tensor];
-    const size_t offset = static_cast<size_t>(piece.offset);
-    backend_.adamw_step(master + offset, grads_ + offset, memory_.exp_avg.ptr<float>() + offset,
-                        memory_.exp_avg_sq.ptr<float>() + offset, static_cast<size_t>(piece.count),
-                        adamw_scalars(adamw, step, info.shape.size() == 2), working_ ? working_ + offset : nullptr);
-  }
+  backend_.adamw_step_runs(master, grads_, memory_.exp_avg.ptr<float>(), memory_.exp_avg_sq.ptr<float>(), adamw_runs_,
+                           adamw_scalars(adamw, step, true), adamw_scalars(adamw, step, false), working_);
   for (const MuonGroup& group : muon_groups_) {
     backend_.muon_momentum(group, 0, group.matrices.size(), grads_, memory_.exp_avg.ptr<float>(), {},
                            static_cast<float>(optimizer.momentum), memory_.activations);

@@ -49,6 +49,7 @@ class OptimizerStep {
   bool planned_ = false;
   OptimizerKind planned_optimizer_ = OptimizerKind::AdamW;
   std::vector<SlabPiece> adamw_pieces_;
+  std::vector<AdamWRun> adamw_runs_;  // the pieces, neighbours alike merged (state on the device)
   std::vector<MuonGroup> muon_groups_;
   std::vector<StateChunk> state_chunks_;
   std::vector<MuonChunk> muon_chunks_;

@@ -58,6 +58,11 @@ class TrainerBackend {
   // (BF16 bits, may be null) receives the updated parameters rounded.
   virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t count,
                           const AdamWStepScalars& scalars, uint16_t* working) = 0;
+  // The same over runs of one slab (all five buffers indexed by the runs' offsets), the
+  // decayed runs with `decayed`, the others with `undecayed`.
+  virtual void adamw_step_runs(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                               std::span<const AdamWRun> runs, const AdamWStepScalars& decayed,
+                               const AdamWStepScalars& undecayed, uint16_t* working) = 0;
   // Muon on the matrices of a group, in the two halves of kernels/muon.cuh. muon_momentum:
   // matrices [first, last), their momentum at momentum + momentum_offsets[j - first]
   // (empty: at the group's slab offsets). muon_orthogonalize, after every matrix's

@@ -52,6 +52,15 @@ class CpuTrainerBackend final : public TrainerBackend {
     adamw_step_cpu(params, grads, exp_avg, exp_avg_sq, count, scalars, working);
   }
 
+  void adamw_step_runs(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                       std::span<const AdamWRun> runs, const AdamWStepScalars& decayed,
+                       const AdamWStepScalars& undecayed, uint16_t* working) override {
+    for (const AdamWRun& run : runs)
+      adamw_step_cpu(params + run.offset, grads + run.offset, exp_avg + run.offset, exp_avg_sq + run.offset,
+                     static_cast<size_t>(run.count), run.decayed ? decayed : undecayed,
+                     working ? working + run.offset : nullptr);
+  }
+
   void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
                      std::span<const int64_t> momentum_offsets, float beta, void* /*scratch*/) override {
     const size_t elements = static_cast<size_t>(group.m * group.n);

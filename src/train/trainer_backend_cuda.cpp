@@ -89,6 +89,12 @@ class CudaTrainerBackend final : public TrainerBackend {
     cuda::adamw_step(params, grads, exp_avg, exp_avg_sq, count, scalars, working, ops_.stream());
   }
 
+  void adamw_step_runs(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                       std::span<const AdamWRun> runs, const AdamWStepScalars& decayed,
+                       const AdamWStepScalars& undecayed, uint16_t* working) override {
+    cuda::adamw_step_runs(params, grads, exp_avg, exp_avg_sq, runs, decayed, undecayed, working, ops_.stream());
+  }
+
   void muon_momentum(const MuonGroup& group, size_t first, size_t last, const float* grads, float* momentum,
                      std::span<const int64_t> momentum_offsets, float beta, void* scratch) override {
     cuda::muon_momentum(group, first, last, grads, momentum, momentum_offsets.empty() ? nullptr : momentum_offsets.data(),

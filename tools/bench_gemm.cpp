@@ -5,7 +5,8 @@
 // First the square forward GEMMs PyTorch's ceiling was measured on (H200, torch.matmul
 // bf16: ~865 TFLOP/s at 4096³, ~790 at 8192³), then the Qwen3-0.6B linear layers at
 // N tokens (default 8192): forward (out = x·Wᵀ), dx (dx += dout·W, BF16) and dweight
-// (dW += doutᵀ·x, FP32), each timed alone. Each figure: median of R (default 20) calls
+// (dW += doutᵀ·x, FP32), each timed alone; last the projections that read one input (q, k
+// and v; gate and up) as one GEMM each over their stacked weights. Each figure: median of R (default 20) calls
 // after 3 warm-up calls, a CUDA event pair around each call; FLOPs = 2·N·I·O per product.
 // Inputs are random normals: all-zero data would run cooler and flatter the figures.
 #include <cstdio>
@@ -124,6 +125,8 @@ int run(const Options& options) {
       {"v_proj", N, 1024, 1024, true},            {"o_proj", N, 2048, 1024, true},
       {"gate_proj", N, 1024, 3072, true},         {"up_proj", N, 1024, 3072, true},
       {"down_proj", N, 3072, 1024, true},         {"lm_head", N, 1024, 151936, true},
+      // The projections that share an input, as one GEMM over their weights stacked.
+      {"q|k|v", N, 1024, 4096, true},             {"gate|up", N, 1024, 6144, true},
   };
   int64_t max_x = 0, max_out = 0, max_weight = 0;
   for (const Linear& l : layers) {

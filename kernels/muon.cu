@@ -15,12 +15,12 @@ constexpr int kThreads = 256;
 constexpr int kNormBlocks = MuonWorkspace::kNormBlocks;
 
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string("muon_step: ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess) throw std::runtime_error(std::string("cuda::muon: ") + what + ": " + cudaGetErrorString(status));
 }
 
 void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("muon_step: ") + what + " failed: " + cublasGetStatusString(status));
+    throw std::runtime_error(std::string("cuda::muon: ") + what + " failed: " + cublasGetStatusString(status));
 }
 
 // A table entry: the matrix's slab offset times 2, plus 1 when it is stored tall.
@@ -192,12 +192,6 @@ void muon_orthogonalize(const MuonGroup& group, float* params, uint16_t* working
   apply_kernel<<<dim3(element_blocks(group), count), kThreads, 0, stream>>>(w.table, params, x, m, n, scalars,
                                                                             reinterpret_cast<__nv_bfloat16*>(working));
   check(cudaGetLastError(), "apply kernel");
-}
-
-void muon_step(const MuonGroup& group, float* params, const float* grads, float* momentum, uint16_t* working,
-               const MuonStepScalars& scalars, void* workspace, cublasHandle_t cublas, cudaStream_t stream) {
-  muon_momentum(group, 0, group.matrices.size(), grads, momentum, nullptr, scalars.momentum, workspace, stream);
-  muon_orthogonalize(group, params, working, scalars, workspace, cublas, stream);
 }
 
 }  // namespace tandem::cuda

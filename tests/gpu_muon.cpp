@@ -53,11 +53,14 @@ Slabs gpu_step(const std::vector<MuonGroup>& groups, const Slabs& in, const Muon
   check(cudaMemcpy(momentum.data, in.momentum.data(), n * 4, cudaMemcpyHostToDevice), "upload");
   cublasHandle_t cublas = nullptr;
   EXPECT_EQ(cublasCreate(&cublas), CUBLAS_STATUS_SUCCESS);
-  for (const MuonGroup& group : groups)
-    cuda::muon_step(group, static_cast<float*>(params.data), static_cast<const float*>(grads.data),
-                    static_cast<float*>(momentum.data), static_cast<uint16_t*>(bf16.data),
-                    muon_scalars(settings, group.m, group.n), workspace.data, cublas, nullptr);
-  check(cudaDeviceSynchronize(), "muon_step");
+  for (const MuonGroup& group : groups) {
+    const MuonStepScalars scalars = muon_scalars(settings, group.m, group.n);
+    cuda::muon_momentum(group, 0, group.matrices.size(), static_cast<const float*>(grads.data),
+                        static_cast<float*>(momentum.data), nullptr, scalars.momentum, workspace.data, nullptr);
+    cuda::muon_orthogonalize(group, static_cast<float*>(params.data), static_cast<uint16_t*>(bf16.data), scalars,
+                             workspace.data, cublas, nullptr);
+  }
+  check(cudaDeviceSynchronize(), "Muon's step");
   cublasDestroy(cublas);
   Slabs out{std::vector<float>(n), in.grads, std::vector<float>(n)};
   check(cudaMemcpy(out.params.data(), params.data, n * 4, cudaMemcpyDeviceToHost), "download");

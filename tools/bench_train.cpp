@@ -107,7 +107,6 @@ int main(int argc, char** argv) {
   CudaOps& ops = dynamic_cast<CudaOps&>(backend->ops());
   const AdamWSettings adamw{.lr = 1e-5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   settings.adamw = adamw;
-  settings.momentum = 0.95;
   auto flat = [&](void* data, DType dtype, Device device) { return Tensor::view(data, dtype, device, {P}); };
   float* store = streamed ? static_cast<float*>(host_state ? host_state->data() : file_state->data()) : nullptr;
   const PolicyTrainerMemory memory{

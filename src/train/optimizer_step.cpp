@@ -17,9 +17,9 @@ void OptimizerStep::plan(OptimizerKind optimizer) {
   if (planned_ && planned_optimizer_ == optimizer) return;
   const bool muon = optimizer == OptimizerKind::Muon;
   adamw_pieces_ = adamw_pieces(layout_, optimizer, shard_);
-  // Neighbours in the slab with the same decay step as one run.
+  // With the state on the device, neighbours in the slab with the same decay step as one run.
   adamw_runs_.clear();
-  for (const SlabPiece& piece : adamw_pieces_) {
+  for (const SlabPiece& piece : memory_.state_staging ? std::span<const SlabPiece>() : adamw_pieces_) {
     const bool decayed = layout_.tensors()[piece.tensor].shape.size() == 2;
     AdamWRun* last = adamw_runs_.empty() ? nullptr : &adamw_runs_.back();
     if (last && last->decayed == decayed && last->offset + last->count == piece.offset)

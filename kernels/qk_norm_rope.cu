@@ -56,15 +56,20 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first_token = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
   const int block_tokens = static_cast<int>(min(static_cast<int64_t>(tokens_per_block), tokens - first_token));
   // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
+  // Each token's angles are stored dim-transposed ([element of the pack][pack]) so that a
+  // team's lanes, which take neighbouring packs, read neighbouring words: side by side,
+  // lanes 0, 2, 4, 6 of a team read the same banks (8-way conflicts on every load).
+  const int packs = half / N;
   for (int i = threadIdx.x; i < block_tokens * half; i += blockDim.x) {
+    const int dim = i % half;
     float sine, cosine;
-    sincosf(static_cast<float>(positions[first_token + i / half]) * inv_freq[i % half], &sine, &cosine);
-    angles[i] = make_float2(cosine, sine);
+    sincosf(static_cast<float>(positions[first_token + i / half]) * inv_freq[dim], &sine, &cosine);
+    angles[i - dim + (dim % N) * packs + dim / N] = make_float2(cosine, sine);
   }
   __syncthreads();
 
   const int heads_per_token = heads + kv_heads + v_heads;
-  const int teams = blockDim.x / S, lane = threadIdx.x % S, packs = half / N;
+  const int teams = blockDim.x / S, lane = threadIdx.x % S;
   // The group of head h and its fields, picked one by one: a reference to one of the three
   // parameter structs would copy them to the stack (200 bytes of local memory a thread).
   const auto head_group = [&](int group) {
@@ -138,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
       float y1[N], y2[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float2 cs = token_angles[p * N + e];
+        const float2 cs = token_angles[e * packs + p];
         y1[e] = x1[i][e] * cs.x - x2[i][e] * cs.y;
         y2[e] = x2[i][e] * cs.x + x1[i][e] * cs.y;
       }

@@ -146,10 +146,13 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     first_token = first / rope.heads;
     const int64_t tokens = (min(first + rows_per_block, rows) - 1) / rope.heads - first_token + 1;
     // The angle is rounded to FP32 before sin/cos, as the forward computed it.
+    // Stored dim-transposed, as qk_norm_rope_kernel does, so neighbouring lanes read
+    // neighbouring words.
     for (int i = threadIdx.x; i < tokens * half; i += blockDim.x) {
+      const int dim = i % half;
       float sine, cosine;
-      sincosf(static_cast<float>(rope.positions[first_token + i / half]) * rope.inv_freq[i % half], &sine, &cosine);
-      angles[i] = make_float2(cosine, sine);
+      sincosf(static_cast<float>(rope.positions[first_token + i / half]) * rope.inv_freq[dim], &sine, &cosine);
+      angles[i - dim + (dim % N) * (packs / 2) + dim / N] = make_float2(cosine, sine);
     }
     __syncthreads();
   }
@@ -173,10 +176,12 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
         const bool first_half = p < packs / 2;
         const P partner = dy[first_half ? p + packs / 2 : p - packs / 2];
         const float sign = first_half ? 1.0f : -1.0f;
-        const float2* a = angles + (row / rope.heads - first_token) * half + (p % (packs / 2)) * N;
+        const float2* a = angles + (row / rope.heads - first_token) * half + p % (packs / 2);
 #pragma unroll
-        for (int k = 0; k < N; ++k)
-          g[j][k] = to_float(own.v[k]) * a[k].x + sign * to_float(partner.v[k]) * a[k].y;
+        for (int k = 0; k < N; ++k) {
+          const float2 cs = a[k * (packs / 2)];
+          g[j][k] = to_float(own.v[k]) * cs.x + sign * to_float(partner.v[k]) * cs.y;
+        }
       } else {
 #pragma unroll
         for (int k = 0; k < N; ++k) g[j][k] = to_float(own.v[k]);

@@ -447,8 +447,11 @@ struct RopeShape {
   int64_t tokens;
   int heads, head_dim;
 };
-// head_dim 6 takes the one-element path; 3 heads leave a partial group of heads.
-constexpr RopeShape kRopeShapes[] = {{1, 16, 128}, {3, 8, 128}, {257, 16, 128}, {257, 8, 16}, {3, 2, 6}, {5, 3, 64}};
+// head_dim 6 takes the one-element path; 3 heads leave a partial group of heads; head_dim
+// 80 has 5 packs of 8 a half (BF16), an odd count, where BF16's 8 packs of 8 at 128 would
+// not tell a pack's index from an element's in the rotating kernels' angle table.
+constexpr RopeShape kRopeShapes[] = {{1, 16, 128}, {3, 8, 128}, {257, 16, 128}, {257, 8, 16},
+                                     {3, 2, 6},    {5, 3, 64},  {301, 4, 80}};
 
 // Qwen3's frequencies (theta 1e6), computed as ModelConfig::rope_inv_freq does.
 std::vector<float> inv_freq(int head_dim) {
@@ -555,9 +558,11 @@ struct QkShape {
 // Qwen3-0.6B at decode sizes (64 and 256 tokens: a token's heads shared out among
 // blocks), alone and at a training sequence's 1024 tokens (two tokens a block), and 1023
 // (the last block's second token missing); head_dim 6 takes the one-element path with
-// one-lane teams, 512 (the widest) a whole warp per head.
+// one-lane teams, 512 (the widest) a whole warp per head; head_dim 80 an odd count of packs
+// a half (5 of 8 in BF16, 10 of 4 in F32), at two tokens a block with the last one alone.
 constexpr QkShape kQkShapes[] = {{1, 16, 8, 128},    {64, 16, 8, 128}, {256, 16, 8, 128}, {1024, 16, 8, 128},
-                                 {1023, 16, 8, 128}, {3, 2, 1, 6},     {5, 4, 2, 64},     {3, 2, 2, 512}};
+                                 {1023, 16, 8, 128}, {3, 2, 1, 6},     {5, 4, 2, 64},     {3, 2, 2, 512},
+                                 {601, 4, 2, 80}};
 
 // With qk_norm weights and without (rope alone); then in place, as the engine rotates q
 // and k of a model without qk_norm, which must give the same bits as into other buffers.

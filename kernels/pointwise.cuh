@@ -82,6 +82,16 @@ __global__ void flat_kernel(int64_t n, Body body) {
   }
 }
 
+// RoPE's angles of a token, (cos, sin) for each of the `half` dims of a head's half, as the
+// rotating kernels keep them in shared memory: dim-transposed for packs of N dims,
+// [element of the pack][pack], so that the lanes of a team, which hold neighbouring packs,
+// read neighbouring words. Side by side (a lane's N angles of 8 bytes in a row), lanes 0,
+// 2, 4, 6 of a team hit the same banks. Element e of pack p is at e * packs + p.
+template <int N>
+__device__ inline int transposed_angle_slot(int dim, int packs) {
+  return (dim % N) * packs + dim / N;
+}
+
 // Calls f(integral_constant<int, S>) with the team size for rows that need `lanes` lanes:
 // the smallest power of two from S up to Max that covers them (Max if none does).
 template <int S, int Max, class F>

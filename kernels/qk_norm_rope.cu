@@ -35,9 +35,10 @@ struct HeadGroup {
 };
 
 // The rotation's angles depend on the token and the dim alone: a block computes them
-// once for its tokens into shared memory ([tokens][half] of (cos, sin)), and every head
-// of those tokens reads them there, where each head computing its own took one sincosf
-// per element (the work of the whole kernel several times over at 24 heads a token).
+// once for its tokens into shared memory ([tokens][half] of (cos, sin), each token's in
+// transposed_angle_slot's order), and every head of those tokens reads them there, where
+// each head computing its own took one sincosf per element (the work of the whole kernel
+// several times over at 24 heads a token).
 constexpr int kMaxTokensPerBlock = 2;
 
 // One head of one token per team of S lanes (a power of two up to a warp). Block x takes
@@ -56,15 +57,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first_token = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
   const int block_tokens = static_cast<int>(min(static_cast<int64_t>(tokens_per_block), tokens - first_token));
   // The angle is rounded to FP32 before sin/cos, as transformers (and CpuOps) compute it.
-  // Each token's angles are stored dim-transposed ([element of the pack][pack]) so that a
-  // team's lanes, which take neighbouring packs, read neighbouring words: side by side,
-  // lanes 0, 2, 4, 6 of a team read the same banks (8-way conflicts on every load).
   const int packs = half / N;
   for (int i = threadIdx.x; i < block_tokens * half; i += blockDim.x) {
     const int dim = i % half;
     float sine, cosine;
     sincosf(static_cast<float>(positions[first_token + i / half]) * inv_freq[dim], &sine, &cosine);
-    angles[i - dim + (dim % N) * packs + dim / N] = make_float2(cosine, sine);
+    angles[i - dim + transposed_angle_slot<N>(dim, packs)] = make_float2(cosine, sine);
   }
   __syncthreads();
 

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
   constexpr int L = kPacksPerLane<N>, teams = kTeamsPerBlock<S>;
   using P = Pack<T, N>;
   // [teams][columns] of team sums when teams > 1, then with Rope the block's angles
-  // [tokens][columns / 2] of (cos, sin).
+  // [tokens][columns / 2] of (cos, sin), each token's in transposed_angle_slot's order.
   extern __shared__ __align__(16) float shared[];
   float* team_dweight = shared;
   float2* angles = reinterpret_cast<float2*>(shared + (teams > 1 ? teams * columns : 0));
@@ -146,13 +146,11 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     first_token = first / rope.heads;
     const int64_t tokens = (min(first + rows_per_block, rows) - 1) / rope.heads - first_token + 1;
     // The angle is rounded to FP32 before sin/cos, as the forward computed it.
-    // Stored dim-transposed, as qk_norm_rope_kernel does, so neighbouring lanes read
-    // neighbouring words.
     for (int i = threadIdx.x; i < tokens * half; i += blockDim.x) {
       const int dim = i % half;
       float sine, cosine;
       sincosf(static_cast<float>(rope.positions[first_token + i / half]) * rope.inv_freq[dim], &sine, &cosine);
-      angles[i - dim + (dim % N) * (packs / 2) + dim / N] = make_float2(cosine, sine);
+      angles[i - dim + transposed_angle_slot<N>(dim, packs / 2)] = make_float2(cosine, sine);
     }
     __syncthreads();
   }

@@ -382,18 +382,26 @@ __device__ unsigned char* first_operand_tile(unsigned char* shared) {
 
 // Rows [0, rows) of a kTile × D tile, `row_stride` elements apart in global memory, into
 // shared memory; rows past `rows` are zeroed so that they add nothing to any product.
+// Thread t copies 16-byte chunk t % chunks of rows t / chunks, then every rows_apart-th: a
+// multiple of 8 rows apart, so the swizzle, and the step between its destinations, is the
+// same on every row it copies, and the loop is a run of copies at fixed strides.
 template <int D>
 __device__ void load_operand_tile(unsigned char* tile, const bf16* src, int64_t row_stride, int rows) {
-  constexpr int chunks = D / 8;
-  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
-    const int row = c / chunks, chunk = c % chunks;
-    const bool inside = row < rows;
-    int offset;
-    if constexpr (kWarpgroupMma<D>)
-      offset = swizzled_offset<kTile>(row, chunk);
-    else
-      offset = (row * TileLayout<D>::stride + chunk * 8) * 2;
-    copy_async_16(tile + offset, inside ? src + row * row_stride + chunk * 8 : src, inside);
+  constexpr int chunks = D / 8, rows_apart = kThreads / chunks;
+  static_assert(kThreads % chunks == 0 && rows_apart % 8 == 0);
+  constexpr int row_bytes = kWarpgroupMma<D> ? 128 : kPaddedStride<D> * 2;
+  const int first_row = threadIdx.x / chunks, chunk = threadIdx.x % chunks;
+  int first_offset;
+  if constexpr (kWarpgroupMma<D>)
+    first_offset = swizzled_offset<kTile>(first_row, chunk);
+  else
+    first_offset = first_row * row_bytes + chunk * 16;
+  const unsigned dst = shared_address(tile) + first_offset;
+  const bf16* first_src = src + first_row * row_stride + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kTile / rows_apart; ++i) {
+    const bool inside = first_row + i * rows_apart < rows;
+    copy_async_16(dst + i * rows_apart * row_bytes, inside ? first_src + i * rows_apart * row_stride : src, inside);
   }
 }
 
@@ -423,17 +431,40 @@ __device__ void end_products() {
   }
 }
 
+// A batch can also be closed without waiting for it (commit_products), so that the threads
+// work on while the tensor cores run it; wait_products<pending> then returns once at most
+// `pending` of the closed batches are still running (they finish in order), and
+// products_ready pins the accumulators a finished batch wrote: the compiler sees the
+// products as done where they were issued, and must not read them before the wait.
+template <int D>
+__device__ void commit_products() {
+  if constexpr (kWarpgroupMma<D>) wgmma_commit();
+}
+
+template <int D, int pending>
+__device__ void wait_products() {
+  if constexpr (kWarpgroupMma<D>) wgmma_wait<pending>();
+}
+
+template <int D, int N>
+__device__ void products_ready(float (&acc)[N][4]) {
+  if constexpr (kWarpgroupMma<D>)
+#pragma unroll
+    for (auto& tile : acc)
+      asm volatile("" : "+f"(tile[0]), "+f"(tile[1]), "+f"(tile[2]), "+f"(tile[3])::"memory");
+}
+
 // acc = the block's kTile rows of a_tile times the kTile rows of b_tile, both D wide: A·Bᵀ
 // with both operands stored row-major (Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ). Warp w gets rows 16w on.
 template <int D>
 __device__ void score_product(float (&acc)[kTile / 8][4], const unsigned char* a_tile, const unsigned char* b_tile,
                               int lane) {
   if constexpr (kWarpgroupMma<D>) {
+    const uint64_t a = swizzled_descriptor(a_tile, 16), b = swizzled_descriptor(b_tile, 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int offset = (kk / 4) * SwizzledTile<kTile, D>::block_bytes + (kk % 4) * 32;
-      wgmma_64x64_shared(acc, swizzled_descriptor(a_tile + offset, 16), swizzled_descriptor(b_tile + offset, 16),
-                         kk > 0);
+      wgmma_64x64_shared(acc, descriptor_plus(a, offset), descriptor_plus(b, offset), kk > 0);
     }
   } else {
     for (auto& tile : acc) tile[0] = tile[1] = tile[2] = tile[3] = 0;
@@ -449,9 +480,10 @@ __device__ void weight_product(float (&acc)[D / 8][4], const unsigned (&weights)
                                const unsigned char* rows, int lane) {
   if constexpr (kWarpgroupMma<D>) {
     static_assert(D == 64 || D == 128);
+    const uint64_t first = swizzled_descriptor(rows, SwizzledTile<kTile, D>::block_bytes);
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
-      const uint64_t b = swizzled_descriptor(rows + kk * 16 * 128, SwizzledTile<kTile, D>::block_bytes);
+      const uint64_t b = descriptor_plus(first, kk * 16 * 128);
       if constexpr (D == 64)
         wgmma_64x64_registers(acc, weights[kk], b, true);
       else
@@ -528,29 +560,31 @@ __global__ void __launch_bounds__(kThreads)
     // the first tile on and exp2(row_max_old - row_max_new) never meets inf - inf.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = row_max[half];
+      // The scale is positive, so the tile's raw maximum scaled once is its scaled maximum.
+      float raw_max = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]) * scale_log2);
+      for (int nt = 0; nt < kTile / 8; ++nt) raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+      float tile_max = fmaxf(row_max[half], raw_max * scale_log2);
       tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
-      const float correction = exp2f(row_max[half] - tile_max);
+      const float correction = fast_exp2(row_max[half] - tile_max);
       row_max[half] = tile_max;
       float sum = 0;
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = exp2f(fmaf(s[nt][2 * half + e], scale_log2, -tile_max));
+          const float p = fast_exp2(fmaf(s[nt][2 * half + e], scale_log2, -tile_max));
           s[nt][2 * half + e] = p;
           sum += p;
         }
       row_sum[half] = row_sum[half] * correction + sum;
+      if (correction != 1.0f)  // the maximum moved
 #pragma unroll
-      for (int n8 = 0; n8 < D / 8; ++n8) {
-        o[n8][2 * half] *= correction;
-        o[n8][2 * half + 1] *= correction;
-      }
+        for (int n8 = 0; n8 < D / 8; ++n8) {
+          o[n8][2 * half] *= correction;
+          o[n8][2 * half + 1] *= correction;
+        }
     }
     unsigned p[kTile / 16][4];
     as_a_operands(p, s);
@@ -680,7 +714,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int half = i / 2, row = q0 + warp * 16 + lane / 4 + 8 * half, key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
-        const float p = diagonal && key > row ? 0.f : exp2f(fmaf(s[nt][i], scale_log2, -row_lse[half]));
+        const float p = diagonal && key > row ? 0.f : fast_exp2(fmaf(s[nt][i], scale_log2, -row_lse[half]));
         ds[nt][i] = p * (ds[nt][i] - row_dot[half]) * geo.scale;
       }
     unsigned ds_a[kTile / 16][4];
@@ -720,9 +754,9 @@ __device__ inline void score_operand(unsigned (&a)[4], const uint4& stored) {
 
 // dq for one tile of 64 queries of one head from the dS tiles backward_key_tiles stored:
 // one product a key tile (dq += dS·K) where recomputing dS takes three. The dS operands
-// go from global memory straight to registers, a key tile ahead.
+// go from global memory straight to registers, a key tile ahead. Four blocks an SM.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     backward_query_tiles_stored(bf16* dq, const bf16* k, const bf16* score_grads, int64_t score_capacity,
                                 const int* cu_seqlens, Geometry geo) {
   extern __shared__ __align__(16) unsigned char shared[];
@@ -846,42 +880,72 @@ __global__ void __launch_bounds__(kThreads)
     const float* lse_stage = lse_rows + stage * kTile;
     const float* dot_stage = dot_rows + stage * kTile;
 
-    // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries.
+    // Transposed products: this warp's 16 keys (rows) against the tile's 64 queries. Each
+    // product is issued as soon as its operands are: P comes while dPᵀ runs, dS while
+    // dV += Pᵀ·dO runs.
+    const bool diagonal = q0 < key0 + kTile - 1;
+    const auto hidden = [&](int nt, int i) {
+      // Queries past the sequence, and future ones on the diagonal, get P = 0.
+      const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + nt * 8 + 2 * (lane % 4) + i % 2;
+      return query >= where.length || (diagonal && query < key);
+    };
+    // The lane's two neighbouring columns (queries) of 8-column tile nt, read as a pair.
+    const auto columns = [&](const float* row_values, int nt) {
+      return *reinterpret_cast<const float2*>(row_values + nt * 8 + 2 * (lane % 4));
+    };
+    float p[kTile / 8][4], ds[kTile / 8][4];
     unsigned p_a[kTile / 16][4], ds_a[kTile / 16][4];
-    {
-      float p[kTile / 8][4], ds[kTile / 8][4];
-      begin_products<D>();
-      score_product<D>(p, k_tile, q_staged, lane);      // Sᵀ = K·Qᵀ
-      score_product<D>(ds, v_tile, dout_staged, lane);  // dPᵀ = V·dOᵀ
-      end_products<D>();
-      const bool diagonal = q0 < key0 + kTile - 1;
+    begin_products<D>();
+    score_product<D>(p, k_tile, q_staged, lane);  // Sᵀ = K·Qᵀ
+    commit_products<D>();
+    score_product<D>(ds, v_tile, dout_staged, lane);  // dPᵀ = V·dOᵀ
+    commit_products<D>();
+    wait_products<D, 1>();
+    products_ready<D>(p);
+    // Only the diagonal item and a sequence's last query tile have entries to hide: the
+    // others skip the mask.
+    const auto probabilities = [&](auto masked) {
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        const float2 row_lse = columns(lse_stage, nt);
+        const float neg_lse_log2[2] = {-row_lse.x * kLog2e, -row_lse.y * kLog2e};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int column = nt * 8 + 2 * (lane % 4) + i % 2;
-          const int key = key0 + warp * 16 + lane / 4 + 8 * (i / 2), query = q0 + column;
-          // Queries past the sequence, and future ones on the diagonal, get P = 0.
-          const bool hidden = query >= where.length || (diagonal && query < key);
-          const float prob = hidden ? 0.f : exp2f(fmaf(p[nt][i], scale_log2, -lse_stage[column] * kLog2e));
-          p[nt][i] = prob;
-          ds[nt][i] = prob * (ds[nt][i] - dot_stage[column]) * geo.scale;
+          const float prob = fast_exp2(fmaf(p[nt][i], scale_log2, neg_lse_log2[i % 2]));
+          if constexpr (decltype(masked)::value) p[nt][i] = hidden(nt, i) ? 0.f : prob;
+          else p[nt][i] = prob;
         }
-      as_a_operands(p_a, p);
-      as_a_operands(ds_a, ds);
+      }
+    };
+    if (diagonal || q0 + kTile > where.length) probabilities(std::true_type{});
+    else probabilities(std::false_type{});
+    as_a_operands(p_a, p);
+    begin_products<D>();
+    weight_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
+    commit_products<D>();
+    wait_products<D, 1>();
+    products_ready<D>(ds);
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt) {
+      const float2 row_dot = columns(dot_stage, nt);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ds[nt][i] = p[nt][i] * (ds[nt][i] - (i % 2 ? row_dot.y : row_dot.x)) * geo.scale;
     }
+    as_a_operands(ds_a, ds);
+    begin_products<D>();
+    weight_product<D>(dk_acc, ds_a, q_staged, lane);  // dK += dSᵀ·Q
+    commit_products<D>();
     if (const int64_t slot = score_tile_slot(where, q0 / kTile, where.tile, geo.heads, h); slot < score_capacity) {
       uint4* tile = reinterpret_cast<uint4*>(score_grads) + slot * (kScoreTileElements / 8);
 #pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk)
         tile[score_fragment(warp, kk, lane)] = make_uint4(ds_a[kk][0], ds_a[kk][1], ds_a[kk][2], ds_a[kk][3]);
     }
-    begin_products<D>();
-    weight_product<D>(dv_acc, p_a, dout_staged, lane);  // dV += Pᵀ·dO
-    weight_product<D>(dk_acc, ds_a, q_staged, lane);    // dK += dSᵀ·Q
-    end_products<D>();
+    wait_products<D, 0>();
     __syncthreads();
   }
+  products_ready<D>(dk_acc);
+  products_ready<D>(dv_acc);
   store_rows<D>(dk + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dk_acc, lane);
   store_rows<D>(dv + key_row0 * kv_stride + kv_head * D, kv_stride, where.length - key0, warp * 16, dv_acc, lane);
 }

@@ -22,10 +22,12 @@ __device__ inline unsigned shared_address(const void* p) { return static_cast<un
 
 // 16 bytes global -> shared without passing through registers; with `fill` false nothing is
 // read and the destination is zeroed.
+__device__ inline void copy_async_16(unsigned dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
+
 __device__ inline void copy_async_16(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
+  copy_async_16(shared_address(dst), src, fill);
 }
 
 __device__ inline void copy_async_4(void* dst, const void* src, bool fill) {
@@ -82,6 +84,14 @@ __device__ inline void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, u
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x rounded as the MUFU unit does, results below 2^-126 flushed to zero: the softmaxes'
+// exponentials, where exp2f adds a rescale around each for the subnormal range.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ inline unsigned pack_bf16(float lo, float hi) {

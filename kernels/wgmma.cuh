@@ -41,6 +41,10 @@ __device__ inline uint64_t swizzled_descriptor(const void* tile, int leading) {
          static_cast<uint64_t>(leading >> 4) << 16 | static_cast<uint64_t>(1024 >> 4) << 32 | 1ull << 62;
 }
 
+// The descriptor of the operand `bytes` further on in the same tile: the start address is
+// the low 14 bits in 16-byte units, and shared memory (< 256 KB) never carries out of them.
+__device__ inline uint64_t descriptor_plus(uint64_t descriptor, int bytes) { return descriptor + (bytes >> 4); }
+
 // Orders this thread's earlier register and shared-memory accesses before the warpgroup's
 // next wgmma, and shared-memory writes by other means (cp.async) before its reads.
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

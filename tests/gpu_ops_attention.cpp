@@ -49,7 +49,7 @@ struct Case {
 
 std::string case_name(const Case& c) {
   return std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.heads) + "_kv" +
-         std::to_string(c.kv_heads);
+         std::to_string(c.kv_heads) + "_max" + std::to_string(*std::max_element(c.lengths.begin(), c.lengths.end()));
 }
 
 void round_to(std::vector<float>& values, DType dtype) {
@@ -294,6 +294,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Tensor-core path: Qwen3-0.6B's heads, then the other head sizes and GQA ratios (the
         // forward takes the warpgroup MMA at 128 and 64, mma.sync at 16 and 32).
         Case{kOddLengths, 16, 8, 128, DType::BF16}, Case{kOddLengths, 8, 2, 64, DType::BF16},
+        // Whole tiles and a training-length sequence: the dk/dv items off the diagonal take
+        // the unmasked softmax, up to the last query tile when it is full (512, 192); 65
+        // leaves a one-row tile to mask. 8 key tiles a row keep the forward's rescale
+        // (skipped while the row maximum stays) going over many tiles.
+        Case{{512, 192, 65}, 16, 8, 128, DType::BF16},
         Case{{1, 7, 0, 64, 129, 300}, 2, 2, 16, DType::BF16}, Case{kOddLengths, 4, 2, 32, DType::BF16},
         // Scalar path: a head size the tiles do not cover, and F32.
         Case{kOddLengths, 4, 2, 40, DType::BF16}, Case{kOddLengths, 4, 1, 16, DType::F32},

@@ -1,6 +1,6 @@
 // Warp-level building blocks of the tensor-core kernels (attention.cu, paged_attention.cu):
-// cp.async copies into shared memory, ldmatrix operand loads and mma.sync m16n8k16 in
-// BF16 with FP32 accumulation.
+// cp.async copies into shared memory, ldmatrix operand loads, mma.sync m16n8k16 in BF16
+// with FP32 accumulation, and the softmaxes' exponential.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane/4 and
 // c = lane%4: an FP32 accumulator tile holds rows g (elements 0,1) and g+8 (elements 2,3),

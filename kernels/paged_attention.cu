@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
                   Geometry geo) {
   using Layout = DecodeLayout<D>;
   extern __shared__ __align__(16) unsigned char shared[];
-  const int b = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+  const int kv_head = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
   const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
   const int active = active_splits(seq.context, geo.splits);
   if (seq.queries == 0 || split >= active) return;
@@ -945,7 +945,8 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   const int64_t workspace_rows = workspace.shape[0] / (D + 1);
   const int64_t max_context = max_blocks * batch.block_size;
   const int sms = multiprocessors(), group = heads / kv_heads;
-  const bool decode = T == B && decode_kernel_fits(group, geo.head_dim);
+  // The decode grid's y dimension holds the sequences (at most 65,535).
+  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim);
   const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_context, workspace_rows, sms);
   geo.slice_heads = plan.slice_heads;
   geo.slices = plan.slices;
@@ -958,7 +959,10 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
                                               data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables, geo);
   };
   if (decode) {
-    const dim3 grid(static_cast<unsigned>(B), static_cast<unsigned>(kv_heads), static_cast<unsigned>(geo.splits));
+    // A sequence's kv heads side by side: together they read whole cache rows (every
+    // head's 2 x head_dim bytes of a token), where blocks of one head over many sequences
+    // read 1/kv_heads of each row and leave the rest to a later wave.
+    const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
     with_group(group, [&](auto g) {
       constexpr int G = decltype(g)::value;
       if (geo.head_dim == 64) launch(attend_decode<64, G>, grid, kDecodeSharedBytes);

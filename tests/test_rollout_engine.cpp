@@ -166,6 +166,41 @@ TEST_P(EngineVariant, PreemptionRecomputesAndKeepsTheTokens) {
   EXPECT_EQ(engine->free_blocks(), engine->total_blocks());
 }
 
+// GRPO's groups: three samples each of two prompts (9 and 14 tokens, blocks of 4). With
+// shared prompt blocks a group's later samples compute only what follows its first 2 and
+// 3 whole blocks, and every sample gets the tokens and log-probs it gets alone, also when
+// the prompts are prefilled in chunks over several steps.
+TEST_P(EngineVariant, SamplesOfOnePromptShareItsBlocksAndGetTheirTokensAlone) {
+  RolloutRig rig(config());
+  std::vector<GenerationRequest> requests;
+  const int prompt_lengths[] = {9, 14};
+  for (uint64_t p = 0; p < 2; ++p) {
+    const std::vector<int32_t> prompt = random_prompt(prompt_lengths[p], rig.model.config.vocab, 11 + p);
+    for (uint64_t g = 0; g < 3; ++g) {
+      SamplingParams sampling;
+      sampling.seed = 5;
+      sampling.max_new_tokens = static_cast<int>(6 + 3 * g);
+      sampling.temperature = g == 0 ? 0.0f : 1.0f;
+      requests.push_back({10 * p + g, prompt, sampling});
+    }
+  }
+  const std::vector<Completion> alone = one_at_a_time(rig, requests);
+  for (const int64_t step_tokens : {64, 8}) {
+    EngineOptions options = small_engine_options();
+    options.max_step_tokens = step_tokens;
+    options.share_prompts = false;
+    auto apart = rig.make_engine(options);
+    expect_same_completions(apart->generate(requests), alone);
+    options.share_prompts = true;
+    auto shared = rig.make_engine(options);
+    expect_same_completions(shared->generate(requests), alone);
+    EXPECT_EQ(apart->stats().shared_prompt_tokens, 0);
+    EXPECT_EQ(shared->stats().shared_prompt_tokens, 2 * (2 + 3) * 4) << step_tokens << " tokens a step";
+    EXPECT_EQ(apart->stats().forward_tokens - shared->stats().forward_tokens, 2 * (2 + 3) * 4);
+    EXPECT_EQ(shared->free_blocks(), shared->total_blocks());
+  }
+}
+
 // Copies of the q/k/v and gate/up weights of `weights`, each one element apart from the
 // next in `memory`, so that none stack: the engine takes the separate GEMMs for them.
 ParameterSet laid_apart(const ParameterSet& weights, std::vector<float>& memory) {

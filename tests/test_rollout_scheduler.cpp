@@ -1,10 +1,14 @@
 // Continuous batching without a model: a simulated engine computes each scheduled chunk,
 // appends a token when a sequence's chunk reaches its end and finishes sequences at their
-// length. After every step the block accounting must hold: free + held = total, no block
-// held twice, every sequence holds the blocks its cached and scheduled tokens need;
-// steps respect the token budget and the running limit; decodes come first.
+// length. After every step the block accounting must hold: free + held = total, every
+// sequence holds the blocks its cached and scheduled tokens need; steps respect the token
+// budget and the running limit; decodes come first. The simulation also keeps what each
+// block's rows hold, as a row's keys and values depend on the tokens up to its own: a
+// chunk writes its tokens' rows, then every scheduled sequence must find rows of its own
+// tokens for its whole context, which is what sharing a prompt's blocks must keep true.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -14,54 +18,82 @@
 namespace tandem {
 namespace {
 
-std::unique_ptr<Sequence> make_sequence(uint64_t id, size_t prompt_length, int max_new) {
+// A prompt of `prompt_length` tokens, the same for every sequence of a group.
+std::unique_ptr<Sequence> make_sequence(uint64_t id, size_t prompt_length, int max_new, int32_t group = 0) {
   auto sequence = std::make_unique<Sequence>();
   sequence->request.id = id;
-  sequence->request.prompt.assign(prompt_length, 1);
+  sequence->request.prompt.resize(prompt_length);
+  for (size_t i = 0; i < prompt_length; ++i) sequence->request.prompt[i] = 100 * group + static_cast<int32_t>(i);
   sequence->request.sampling.max_new_tokens = max_new;
   sequence->tokens = sequence->request.prompt;
   return sequence;
 }
 
 struct Simulation {
-  Simulation(int32_t blocks, int block_size, SchedulerLimits limits)
-      : allocator(blocks), block_size(block_size), limits(limits), scheduler(limits, allocator, block_size) {}
+  Simulation(int32_t blocks, int block_size, SchedulerSettings settings)
+      : allocator(blocks), block_size(block_size), settings(settings), scheduler(settings, allocator, block_size) {}
+
+  void add(std::unique_ptr<Sequence> sequence) {
+    live.insert(sequence.get());
+    scheduler.add(std::move(sequence));
+    ++expected;
+  }
 
   // Runs to the end; checks the invariants after every schedule().
   void run() {
-    while (!finished_ids_complete()) {
+    while (lengths.size() < expected) {
       const std::vector<ScheduledChunk> chunks = scheduler.schedule();
       ASSERT_FALSE(chunks.empty()) << "no progress with " << scheduler.running() << " running, " << scheduler.waiting()
                                    << " waiting";
       ++steps;
+      std::map<int32_t, int> holders;
+      for (const Sequence* s : live)
+        for (int32_t b : s->blocks) ++holders[b];
+      EXPECT_EQ(static_cast<int32_t>(holders.size()) + allocator.free_count(), allocator.total());
+      for (const auto& [block, count] : holders) most_holders = std::max(most_holders, count);
+
       int64_t tokens = 0;
       bool seen_prefill = false;
-      std::set<int32_t> held;
-      int64_t held_count = 0;
       for (const ScheduledChunk& chunk : chunks) {
         const Sequence& s = *chunk.sequence;
         tokens += chunk.tokens;
         ASSERT_GE(chunk.tokens, 1);
         ASSERT_LE(chunk.tokens, s.pending());
-        const bool decode = s.pending() == 1 && s.computed > 0;
+        const bool decode = s.pending() == 1 && scheduled_before.count(&s);
         if (decode) EXPECT_FALSE(seen_prefill) << "a decode was scheduled after a prefill chunk";
         seen_prefill = seen_prefill || !decode;
         ASSERT_GE(static_cast<int64_t>(s.blocks.size()) * block_size, s.computed + chunk.tokens)
             << "sequence " << s.request.id << " lacks blocks for its chunk";
-        for (int32_t b : s.blocks) EXPECT_TRUE(held.insert(b).second) << "block " << b << " held twice";
-        held_count += static_cast<int64_t>(s.blocks.size());
+        for (int64_t p = s.computed; p < s.computed + chunk.tokens; ++p) {
+          std::vector<std::vector<int32_t>>& written = rows[s.blocks[p / block_size]];
+          written.resize(block_size);
+          written[p % block_size].assign(s.tokens.begin(), s.tokens.begin() + p + 1);
+        }
       }
-      EXPECT_LE(tokens, limits.max_step_tokens);
-      EXPECT_LE(static_cast<int>(chunks.size()), limits.max_running);
-      EXPECT_LE(static_cast<int>(scheduler.running()), limits.max_running);
-      EXPECT_LE(held_count + allocator.free_count(), allocator.total());
+      // The forward stores every chunk's rows before any attends: now each reads its context.
+      for (const ScheduledChunk& chunk : chunks) {
+        const Sequence& s = *chunk.sequence;
+        for (int64_t p = 0; p < s.computed + chunk.tokens; ++p) {
+          const auto found = rows.find(s.blocks[p / block_size]);
+          ASSERT_TRUE(found != rows.end() &&
+                      std::equal(s.tokens.begin(), s.tokens.begin() + p + 1, found->second[p % block_size].begin(),
+                                 found->second[p % block_size].end()))
+              << "sequence " << s.request.id << " finds a row " << p << " of other tokens in step " << steps;
+        }
+      }
+      for (const ScheduledChunk& chunk : chunks) scheduled_before.insert(chunk.sequence);
+      EXPECT_LE(tokens, settings.max_step_tokens);
+      EXPECT_LE(static_cast<int>(chunks.size()), settings.max_running);
+      EXPECT_LE(static_cast<int>(scheduler.running()), settings.max_running);
       for (const ScheduledChunk& chunk : chunks) {
         Sequence& s = *chunk.sequence;
         s.computed += chunk.tokens;
         if (s.pending() > 0) continue;
-        s.tokens.push_back(static_cast<int32_t>(s.tokens.size()));
+        s.tokens.push_back(static_cast<int32_t>(1000 + s.tokens.size()));
         if (s.generated() == s.request.sampling.max_new_tokens) {
           const uint64_t id = s.request.id;
+          live.erase(&s);
+          scheduled_before.erase(&s);
           auto done = scheduler.finish(&s);
           EXPECT_TRUE(done->blocks.empty());
           lengths[id] = done->tokens.size();
@@ -71,22 +103,22 @@ struct Simulation {
     EXPECT_EQ(allocator.free_count(), allocator.total());
   }
 
-  bool finished_ids_complete() const { return lengths.size() == expected; }
-
   BlockAllocator allocator;
   int block_size;
-  SchedulerLimits limits;
+  SchedulerSettings settings;
   Scheduler scheduler;
+  std::set<const Sequence*> live, scheduled_before;
+  std::map<int32_t, std::vector<std::vector<int32_t>>> rows;  // block -> the tokens up to each row's, when written
   std::map<uint64_t, size_t> lengths;
   size_t expected = 0;
   int steps = 0;
+  int most_holders = 0;
 };
 
 TEST(RolloutScheduler, MixedLengthsWithChunkedPrefillAndEnoughBlocks) {
   Simulation sim(64, 4, {3, 8});
   const int prompts[] = {1, 17, 5, 30, 2, 9, 12, 3};
-  for (uint64_t r = 0; r < 8; ++r) sim.scheduler.add(make_sequence(r, prompts[r], 1 + (r * 7) % 13));
-  sim.expected = 8;
+  for (uint64_t r = 0; r < 8; ++r) sim.add(make_sequence(r, prompts[r], 1 + (r * 7) % 13, static_cast<int32_t>(r)));
   sim.run();
   for (uint64_t r = 0; r < 8; ++r) EXPECT_EQ(sim.lengths[r], prompts[r] + 1 + (r * 7) % 13);
   EXPECT_EQ(sim.scheduler.preemptions(), 0);
@@ -95,11 +127,72 @@ TEST(RolloutScheduler, MixedLengthsWithChunkedPrefillAndEnoughBlocks) {
 TEST(RolloutScheduler, PreemptsTheLatestAdmittedWhenBlocksRunOut) {
   // 10 blocks of 4 tokens; four sequences of 6 + 30 tokens each need 9 blocks at the end.
   Simulation sim(10, 4, {4, 64});
-  for (uint64_t r = 0; r < 4; ++r) sim.scheduler.add(make_sequence(r, 6, 30));
-  sim.expected = 4;
+  for (uint64_t r = 0; r < 4; ++r) sim.add(make_sequence(r, 6, 30, static_cast<int32_t>(r)));
   sim.run();
   EXPECT_GT(sim.scheduler.preemptions(), 0);
   for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(sim.lengths[r], 36u);
+}
+
+// Two groups of four samples, 10-token prompts in blocks of 4: each group's first sample
+// computes its prompt, the other three take its first two blocks (8 tokens; the third
+// block also holds their own generated tokens) and compute 2 tokens each.
+TEST(RolloutScheduler, GroupsPrefillTheWholeBlocksOfTheirPromptOnce) {
+  for (const bool share : {true, false}) {
+    Simulation sim(64, 4, {8, 64, share});
+    for (uint64_t r = 0; r < 8; ++r) sim.add(make_sequence(r, 10, 5, static_cast<int32_t>(r / 4)));
+    sim.run();
+    for (uint64_t r = 0; r < 8; ++r) EXPECT_EQ(sim.lengths[r], 15u);
+    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), share ? 6 * 8 : 0);
+    EXPECT_EQ(sim.most_holders, share ? 4 : 1);
+    EXPECT_EQ(sim.scheduler.preemptions(), 0);
+  }
+}
+
+// A prompt of two whole blocks: the others take only the first, since the second holds the
+// prompt's last token, which each computes for its own logits.
+TEST(RolloutScheduler, ThePromptsLastTokenIsComputedByEverySample) {
+  Simulation sim(64, 4, {4, 64});
+  for (uint64_t r = 0; r < 4; ++r) sim.add(make_sequence(r, 8, 3));
+  sim.run();
+  EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 3 * 4);
+  for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(sim.lengths[r], 11u);
+}
+
+// Two sequences at a time, and between the two pairs of one group other prompts take the
+// freed blocks: the second pair must not find the first pair's blocks, only its own.
+TEST(RolloutScheduler, ABlockFreedWithItsLastHolderIsNotFoundAgain) {
+  Simulation sim(64, 4, {2, 64});
+  sim.add(make_sequence(0, 10, 4));
+  sim.add(make_sequence(1, 10, 4));
+  sim.add(make_sequence(2, 10, 4, 1));
+  sim.add(make_sequence(3, 10, 4, 1));
+  sim.add(make_sequence(4, 10, 4));
+  sim.add(make_sequence(5, 10, 4));
+  sim.run();
+  EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 3 * 8);
+}
+
+// A budget of 8 tokens a step: the first sample's 13-token prompt is prefilled in chunks
+// over two steps, the others join as the budget allows.
+TEST(RolloutScheduler, ChunkedPrefillOfASharedPromptKeepsEveryRowRight) {
+  Simulation sim(64, 4, {4, 8});
+  for (uint64_t r = 0; r < 4; ++r) sim.add(make_sequence(r, 13, 6));
+  sim.run();
+  for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(sim.lengths[r], 19u);
+  EXPECT_GT(sim.scheduler.shared_prompt_tokens(), 0);
+  EXPECT_GT(sim.most_holders, 1);
+}
+
+// 12 blocks for four samples of one prompt that grow to 10 blocks each: preemption frees
+// a victim's own blocks, the shared ones stay with the other holders, and the readmitted
+// victim takes them again.
+TEST(RolloutScheduler, PreemptionKeepsSharedBlocksForTheOtherHolders) {
+  Simulation sim(12, 4, {4, 64});
+  for (uint64_t r = 0; r < 4; ++r) sim.add(make_sequence(r, 9, 30));
+  sim.run();
+  EXPECT_GT(sim.scheduler.preemptions(), 0);
+  EXPECT_GE(sim.scheduler.shared_prompt_tokens(), 3 * 8);
+  for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(sim.lengths[r], 39u);
 }
 
 TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
@@ -110,7 +203,7 @@ TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
   EXPECT_EQ(chunks.size(), 2u);  // the running limit
   EXPECT_EQ(scheduler.running(), 2u);
   EXPECT_EQ(scheduler.waiting(), 3u);
-  EXPECT_EQ(allocator.free_count(), 16);
+  EXPECT_EQ(allocator.free_count(), 17);  // 2 blocks each, the first of the same prompt shared
   const auto all = scheduler.take_all();
   EXPECT_EQ(all.size(), 5u);
   EXPECT_EQ(all[0]->request.id, 0u);
@@ -122,6 +215,20 @@ TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
 TEST(RolloutScheduler, RefusesABudgetBelowTheRunningLimit) {
   BlockAllocator allocator(4);
   EXPECT_THROW(Scheduler({8, 4}, allocator, 4), std::invalid_argument);
+}
+
+TEST(BlockAllocator, ASharedBlockIsFreeAfterItsLastHolder) {
+  BlockAllocator allocator(2);
+  const int32_t block = allocator.allocate();
+  allocator.share(block);
+  allocator.share(block);
+  EXPECT_FALSE(allocator.release(block));
+  EXPECT_FALSE(allocator.release(block));
+  EXPECT_EQ(allocator.free_count(), 1);
+  EXPECT_TRUE(allocator.release(block));
+  EXPECT_EQ(allocator.free_count(), 2);
+  EXPECT_THROW(allocator.share(block), std::invalid_argument);
+  EXPECT_THROW(allocator.release(block), std::invalid_argument);
 }
 
 TEST(BlockAllocator, HandsOutEachBlockOnceAndRefusesDoubleFrees) {

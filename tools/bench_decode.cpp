@@ -4,9 +4,11 @@
 // the HBM bandwidth ceiling is about 125k).
 //
 //   bench_decode [--batch 256] [--prompt 128] [--new 256] [--layers 28] [--runs 2]
+//                [--group 1] [--share-prompts 1]
 //
 // Random BF16 weights and prompts; no stop tokens, so every sequence generates --new
-// tokens. The first run captures the decode graphs and is not timed; the figure is the
+// tokens. --group G gives each prompt to G sequences in a row, as a GRPO step does; they
+// share the prompt's KV cache blocks unless --share-prompts 0. The first run captures the decode graphs and is not timed; the figure is the
 // best of --runs timed runs of the whole generate() (prefill included), wall clock. The
 // last line times the prefill alone the same way: generates of one new token each.
 #include <algorithm>
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   const int prompt_tokens = arg_int(argc, argv, "--prompt", 128);
   const int new_tokens = arg_int(argc, argv, "--new", 256);
   const int runs = arg_int(argc, argv, "--runs", 2);
+  const int group = std::max(1, arg_int(argc, argv, "--group", 1));
 
   const ParameterLayout layout(config);
   auto pool = MemoryPool::create(Device::CUDA, 0);
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   options.max_running = batch;
   options.max_step_tokens = std::max(batch, 8192);
   options.max_sequence_length = prompt_tokens + new_tokens;
+  options.share_prompts = arg_int(argc, argv, "--share-prompts", 1) != 0;
   const KvCacheGeometry block{config.layers, config.kv_dim(), options.block_size, 1, DType::BF16};
   const int64_t blocks_per_sequence = (options.max_sequence_length + options.block_size - 1) / options.block_size;
   options.kv_cache_bytes = static_cast<size_t>(batch * blocks_per_sequence) * block.block_bytes();
@@ -63,8 +67,12 @@ int main(int argc, char** argv) {
     std::vector<GenerationRequest> list(batch);
     for (int b = 0; b < batch; ++b) {
       list[b].id = static_cast<uint64_t>(b);
-      list[b].prompt.resize(prompt_tokens);
-      for (int32_t& id : list[b].prompt) id = static_cast<int32_t>(rng() % config.vocab);
+      if (b % group == 0) {
+        list[b].prompt.resize(prompt_tokens);
+        for (int32_t& id : list[b].prompt) id = static_cast<int32_t>(rng() % config.vocab);
+      } else {
+        list[b].prompt = list[b - 1].prompt;
+      }
       list[b].sampling.temperature = 1;
       list[b].sampling.max_new_tokens = max_new_tokens;
       list[b].sampling.seed = seed;
@@ -95,8 +103,13 @@ int main(int argc, char** argv) {
   // The prefill's share: new prompts with one new token each, which the prefill's last
   // logits give without a decode step.
   const Timed prefill = best_of_runs(1);
-  std::printf("bench_decode: Qwen3-0.6B shape, %d layers, batch %d, %d-token prompts, %d new tokens, BF16\n",
-              config.layers, batch, prompt_tokens, new_tokens);
+  std::printf("bench_decode: Qwen3-0.6B shape, %d layers, batch %d, %d-token prompts, %d new tokens, BF16", config.layers,
+              batch, prompt_tokens, new_tokens);
+  if (group > 1)
+    std::printf(", groups of %d (%s, %lld prompt tokens shared over the runs)", group,
+                options.share_prompts ? "prompt blocks shared" : "prompts apart",
+                static_cast<long long>(engine.stats().shared_prompt_tokens));
+  std::printf("\n");
   std::printf("  %.3f s per generate | %.0f new tokens/s | %lld graphs | %lld steps | pool device peak %s\n",
               whole.seconds, static_cast<double>(whole.new_tokens) / whole.seconds,
               static_cast<long long>(stats.graphs_captured), static_cast<long long>(stats.steps),

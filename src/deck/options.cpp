@@ -50,6 +50,7 @@ const std::vector<OptionSpec>& tandem_options() {
       {"rollout.kv-cache", Bytes, "16MiB", "bytes", "KV cache of the rollout engine on each rank", {}},
       {"rollout.kv-cache-fraction", Double, "0", "", "when > 0, size the KV cache as this fraction of the free memory of the rank's device instead", between(0, 0.95)},
       {"rollout.max-step-tokens", Int, "2048", "tokens", "new tokens in one engine step (prompt chunks + decodes): longer prompts are prefilled in chunks", at_least(1)},
+      {"rollout.share-prompts", Bool, "true", "", "samples whose prompts begin alike (a GRPO group's) share the KV cache blocks of the prompt's whole blocks: prefilled once, held and read as one copy"},
       {"rollout.max-staleness", Int, "0", "steps", "how old the policy that samples a step's first round may be: 0 = the weights the step trains; 1 = the engines sample step k+1 with the weights of step k-1 while the trainers train step k (needs world.rollout-ranks > 0). The importance ratio against the rollout log-probs corrects for the older policy. A scheduled checkpoint's step orders nothing ahead, so a restart from it is bit-exact; a stop drops the round ordered ahead, and the resumed job samples it afresh", between(0, 1)},
 
       {"task.name", Choice, "arithmetic", "", "the verifiable task the policy is trained on; jsonl = prompts from task.path (needs model.path's tokenizer)", {}, {"arithmetic", "countdown", "jsonl"}},

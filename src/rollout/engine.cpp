@@ -54,7 +54,8 @@ Engine::Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPoo
       backend_(make_engine_backend(pool, config, step_capacity(options, max_sequence_length_), options.name)),
       forward_(config, weights, backend_->ops(), backend_->attention(), pool,
                step_capacity(options, max_sequence_length_), options.dtype, options.name + ".step_scratch"),
-      scheduler_({options.max_running, options.max_step_tokens}, cache_.blocks(), options.block_size) {}
+      scheduler_({options.max_running, options.max_step_tokens, options.share_prompts}, cache_.blocks(),
+                 options.block_size) {}
 
 void Engine::check(const GenerationRequest& request) const {
   auto refuse = [&](const std::string& why) {
@@ -211,6 +212,7 @@ std::vector<Completion> Engine::generate(std::vector<GenerationRequest> requests
 EngineStats Engine::stats() const {
   EngineStats stats = stats_;
   stats.preemptions = scheduler_.preemptions();
+  stats.shared_prompt_tokens = scheduler_.shared_prompt_tokens();
   stats.graphs_captured = backend_->graphs_captured();
   stats.graph_setup_seconds = backend_->graph_setup_seconds();
   return stats;

@@ -33,12 +33,14 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;            // new tokens per step (prompt chunks + decodes)
   int64_t max_sequence_length = 0;           // prompt + completion; 0: the model's max_position
   DType dtype = DType::F32;                  // activations and KV cache (the weights' dtype)
+  bool share_prompts = true;                 // the deck's rollout.share-prompts (rollout/scheduler.h)
   std::string name = "engine";               // prefix of the pool allocation names
 };
 
 struct EngineStats {
   int64_t steps = 0;
   int64_t forward_tokens = 0;  // tokens run through the model, recomputation included
+  int64_t shared_prompt_tokens = 0;  // prompt tokens read from another sequence's KV blocks, not computed
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t graphs_captured = 0;  // decode batch sizes captured as CUDA graphs

@@ -6,18 +6,19 @@
 
 namespace tandem {
 
-Scheduler::Scheduler(SchedulerLimits limits, BlockAllocator& blocks, int block_size)
-    : limits_(limits), blocks_(blocks), block_size_(block_size) {
-  if (limits.max_running < 1 || limits.max_step_tokens < limits.max_running || block_size < 1)
+Scheduler::Scheduler(SchedulerSettings settings, BlockAllocator& blocks, int block_size)
+    : settings_(settings), blocks_(blocks), index_(blocks.total()), block_size_(block_size) {
+  if (settings.max_running < 1 || settings.max_step_tokens < settings.max_running || block_size < 1)
     throw std::invalid_argument("Scheduler: needs max_running >= 1, max_step_tokens >= max_running (got " +
-                                std::to_string(limits.max_running) + ", " + std::to_string(limits.max_step_tokens) +
-                                ") and block_size >= 1");
+                                std::to_string(settings.max_running) + ", " +
+                                std::to_string(settings.max_step_tokens) + ") and block_size >= 1");
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> sequence) { waiting_.push_back(std::move(sequence)); }
 
 void Scheduler::release_blocks(Sequence& sequence) {
-  for (int32_t block : sequence.blocks) blocks_.release(block);
+  for (int32_t block : sequence.blocks)
+    if (blocks_.release(block)) index_.forget(block);
   sequence.blocks.clear();
   sequence.computed = 0;
 }
@@ -30,9 +31,41 @@ void Scheduler::preempt_last() {
   ++preemptions_;
 }
 
+std::span<const int32_t> Scheduler::block_tokens(const Sequence& sequence, int64_t block) const {
+  return std::span<const int32_t>(sequence.tokens).subspan(static_cast<size_t>(block * block_size_),
+                                                           static_cast<size_t>(block_size_));
+}
+
+// The whole blocks of the sequence's prompt that running sequences hold, from its start,
+// leaving at least its last token to compute: its logits sample the next one.
+std::vector<int32_t> Scheduler::shared_prompt_blocks(const Sequence& sequence) const {
+  std::vector<int32_t> found;
+  if (!settings_.share_prompts) return found;
+  const int64_t shareable =
+      std::min<int64_t>(static_cast<int64_t>(sequence.request.prompt.size()), sequence.pending() - 1) / block_size_;
+  int32_t previous = PromptBlockIndex::kNone;
+  for (int64_t k = 0; k < shareable; ++k) {
+    previous = index_.find(previous, block_tokens(sequence, k));
+    if (previous == PromptBlockIndex::kNone) break;
+    found.push_back(previous);
+  }
+  return found;
+}
+
+// Indexes the whole prompt blocks that the chunk completes.
+void Scheduler::index_prompt_blocks(const ScheduledChunk& chunk) {
+  if (!settings_.share_prompts) return;
+  const Sequence& sequence = *chunk.sequence;
+  const int64_t end =
+      std::min<int64_t>(sequence.computed + chunk.tokens, static_cast<int64_t>(sequence.request.prompt.size()));
+  for (int64_t k = sequence.computed / block_size_; (k + 1) * block_size_ <= end; ++k)
+    index_.add(k > 0 ? sequence.blocks[k - 1] : PromptBlockIndex::kNone, block_tokens(sequence, k),
+               sequence.blocks[k]);
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> chunks;
-  int64_t budget = limits_.max_step_tokens;
+  int64_t budget = settings_.max_step_tokens;
 
   // Decodes. A victim is always taken from the back, which is this sequence or one not
   // scheduled yet, so nothing already in `chunks` loses its blocks.
@@ -50,6 +83,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     }
     if (preempted_itself) break;
     chunks.push_back({&sequence, 1});
+    index_prompt_blocks(chunks.back());  // a chunked prompt's last token may end a block
     --budget;
   }
 
@@ -59,16 +93,26 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (sequence->pending() < 2) continue;
     const int64_t tokens = std::min(sequence->pending(), budget);
     chunks.push_back({sequence.get(), tokens});
+    index_prompt_blocks(chunks.back());
     budget -= tokens;
   }
 
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < limits_.max_running) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < settings_.max_running) {
     Sequence& sequence = *waiting_.front();
-    const int64_t needed = (static_cast<int64_t>(sequence.tokens.size()) + block_size_ - 1) / block_size_;
+    const std::vector<int32_t> shared = shared_prompt_blocks(sequence);
+    const int64_t needed = (static_cast<int64_t>(sequence.tokens.size()) + block_size_ - 1) / block_size_ -
+                           static_cast<int64_t>(shared.size());
     if (needed > blocks_.free_count()) break;
+    for (int32_t block : shared) {
+      blocks_.share(block);
+      sequence.blocks.push_back(block);
+    }
     for (int64_t b = 0; b < needed; ++b) sequence.blocks.push_back(blocks_.allocate());
+    sequence.computed = static_cast<int64_t>(shared.size()) * block_size_;
+    shared_prompt_tokens_ += sequence.computed;
     const int64_t tokens = std::min(sequence.pending(), budget);
     chunks.push_back({&sequence, tokens});
+    index_prompt_blocks(chunks.back());
     budget -= tokens;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

@@ -10,14 +10,23 @@
 // the free blocks allow; an admitted sequence gets the blocks for all its tokens at once,
 // so a prompt is never stopped halfway for lack of memory. Prompts longer than the
 // budget are prefilled in chunks over several steps.
+//
+// With share_prompts, an admitted sequence first takes the whole blocks of its prompt
+// that running sequences hold (rollout/prompt_block_index.h) and computes only the rest:
+// a GRPO group's samples prefill their prompt once and read one copy of its keys and
+// values. A block is indexed once the step that completes it is scheduled: the forward
+// stores every token's keys and values of a layer before any of them attends, so a
+// sequence admitted in the same step may already read it.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "rollout/block_allocator.h"
+#include "rollout/prompt_block_index.h"
 #include "rollout/request.h"
 
 namespace tandem {
@@ -34,9 +43,10 @@ struct Sequence {
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
 };
 
-struct SchedulerLimits {
+struct SchedulerSettings {
   int max_running = 64;            // sequences in one step
   int64_t max_step_tokens = 2048;  // new tokens in one step; at least max_running
+  bool share_prompts = true;       // the deck's rollout.share-prompts
 };
 
 // The next `tokens` uncached tokens of a sequence, computed in this step.
@@ -47,7 +57,7 @@ struct ScheduledChunk {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerLimits limits, BlockAllocator& blocks, int block_size);
+  Scheduler(SchedulerSettings settings, BlockAllocator& blocks, int block_size);
 
   void add(std::unique_ptr<Sequence> sequence);  // to the back of the waiting queue
 
@@ -63,17 +73,24 @@ class Scheduler {
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
   int64_t preemptions() const { return preemptions_; }
+  // Prompt tokens whose keys and values an admitted sequence took from another's blocks.
+  int64_t shared_prompt_tokens() const { return shared_prompt_tokens_; }
 
  private:
   void release_blocks(Sequence& sequence);
   void preempt_last();
+  std::span<const int32_t> block_tokens(const Sequence& sequence, int64_t block) const;
+  std::vector<int32_t> shared_prompt_blocks(const Sequence& sequence) const;
+  void index_prompt_blocks(const ScheduledChunk& chunk);
 
-  SchedulerLimits limits_;
+  SchedulerSettings settings_;
   BlockAllocator& blocks_;
+  PromptBlockIndex index_;
   int block_size_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   std::deque<std::unique_ptr<Sequence>> waiting_;
   int64_t preemptions_ = 0;
+  int64_t shared_prompt_tokens_ = 0;
 };
 
 }  // namespace tandem

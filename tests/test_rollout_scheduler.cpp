@@ -13,6 +13,7 @@
 #include <set>
 
 #include "rollout/block_allocator.h"
+#include "rollout/prompt_block_index.h"
 #include "rollout/scheduler.h"
 
 namespace tandem {
@@ -215,6 +216,28 @@ TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
 TEST(RolloutScheduler, RefusesABudgetBelowTheRunningLimit) {
   BlockAllocator allocator(4);
   EXPECT_THROW(Scheduler({8, 4}, allocator, 4), std::invalid_argument);
+}
+
+TEST(PromptBlockIndex, FindsABlockByTheOneBeforeItAndItsTokensUntilForgotten) {
+  PromptBlockIndex index(8);
+  const std::vector<int32_t> first = {1, 2, 3, 4}, second = {5, 6, 7, 8};
+  index.add(PromptBlockIndex::kNone, first, 3);
+  index.add(3, second, 5);
+  EXPECT_EQ(index.find(PromptBlockIndex::kNone, first), 3);
+  EXPECT_EQ(index.find(3, second), 5);
+  EXPECT_EQ(index.find(PromptBlockIndex::kNone, second), PromptBlockIndex::kNone);  // not a first block
+  EXPECT_EQ(index.find(4, second), PromptBlockIndex::kNone);                        // after another block
+  index.add(PromptBlockIndex::kNone, first, 6);  // the name is taken: block 3 stays
+  EXPECT_EQ(index.find(PromptBlockIndex::kNone, first), 3);
+  index.add(PromptBlockIndex::kNone, second, 5);  // block 5 already has a name: unchanged
+  EXPECT_EQ(index.find(PromptBlockIndex::kNone, second), PromptBlockIndex::kNone);
+  EXPECT_EQ(index.size(), 2u);
+  index.forget(5);
+  index.forget(5);  // a block not indexed (any more) is left alone
+  index.forget(7);
+  EXPECT_EQ(index.find(3, second), PromptBlockIndex::kNone);
+  index.add(3, second, 7);  // a freed name is free for another block
+  EXPECT_EQ(index.find(3, second), 7);
 }
 
 TEST(BlockAllocator, ASharedBlockIsFreeAfterItsLastHolder) {

@@ -28,8 +28,6 @@ class PromptBlockIndex {
   // Takes a freed block out, if it was indexed.
   void forget(int32_t block);
 
-  size_t size() const { return blocks_.size(); }
-
  private:
   static std::vector<int32_t> name(int32_t previous, std::span<const int32_t> tokens);
 

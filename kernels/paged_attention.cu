@@ -10,7 +10,6 @@
 #include <string>
 #include <type_traits>
 
-#include "dependent_launch.cuh"
 #include "mma.cuh"
 #include "model/op_args.h"
 
@@ -510,6 +509,15 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
   unsigned char* ring = shared + warp * kDecodeStages * kDecodeStageBytes;
 
+  // The queries' dims of this lane, scaled so that scores come out in log2 units.
+  float query[G][8];
+  const float scale_log2 = geo.scale * kLog2e;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + 8 * piece), query[g]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
+  }
 
   // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
   // past the range or a block outside the cache (which reads as zeros, as in attend_tiles).
@@ -541,35 +549,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   };
 
   // The block-table reads of the first stages go out together; afterwards each stage's
-  // read is one stage ahead of its copy. The tables were staged by the host; the first
-  // stages that hold only keys stored before this step are fetched before the wait for
-  // the kernel before (the store of this step's keys and q: dependent_launch.cuh), so
-  // they stream while it finishes. Stages are fetched in order, as the waits count them.
+  // read is one stage ahead of its copy.
   int64_t where[kDecodeStages];
 #pragma unroll
   for (int n = 0; n < kDecodeStages; ++n) where[n] = locate(n);
-  const int stored_before = seq.context - seq.queries;
-  bool early[kDecodeStages - 1];
 #pragma unroll
-  for (int n = 0; n + 1 < kDecodeStages; ++n) {
-    early[n] = key_begin + (warp + kWarps * n + 1) * Layout::stage_keys <= stored_before;
-    if (early[n]) fetch(n, where[n]);
-  }
-  wait_for_prior_grid();
-#pragma unroll
-  for (int n = 0; n + 1 < kDecodeStages; ++n)
-    if (!early[n]) fetch(n, where[n]);
+  for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
   int64_t next = where[kDecodeStages - 1];
-
-  // The queries' dims of this lane, scaled so that scores come out in log2 units.
-  float query[G][8];
-  const float scale_log2 = geo.scale * kLog2e;
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + 8 * piece), query[g]);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
-  }
 
   float row_max[G], row_sum[G], acc[G][8] = {};
 #pragma unroll
@@ -705,7 +691,8 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------
 // Host side.
 
-void check_launch(const char* op, cudaError_t status = cudaGetLastError()) {
+void check_launch(const char* op) {
+  const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess)
     throw std::runtime_error(std::string("kernels/paged_attention.cu: ") + op + ": kernel launch failed: " +
                              cudaGetErrorString(status));
@@ -976,15 +963,10 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
     // head's 2 x head_dim bytes of a token), where blocks of one head over many sequences
     // read 1/kv_heads of each row and leave the rest to a later wave.
     const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
-    const auto launch_decode = [&](auto kernel) {
-      check_launch(op, launch_dependent(kernel, grid, dim3(kThreads), kDecodeSharedBytes, stream,
-                                        mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
-                                        data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables, geo));
-    };
     with_group(group, [&](auto g) {
       constexpr int G = decltype(g)::value;
-      if (geo.head_dim == 64) launch_decode(attend_decode<64, G>);
-      else launch_decode(attend_decode<128, G>);
+      if (geo.head_dim == 64) launch(attend_decode<64, G>, grid, kDecodeSharedBytes);
+      else launch(attend_decode<128, G>, grid, kDecodeSharedBytes);
     });
   } else {
     const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),

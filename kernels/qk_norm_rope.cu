@@ -5,7 +5,6 @@
 #include <type_traits>
 
 #include "model/op_args.h"
-#include "dependent_launch.cuh"
 #include "pointwise.cuh"
 
 namespace tandem::cuda {
@@ -53,8 +52,6 @@ __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const int32_t* slots, int64_t slot_rows,
                         const int32_t* positions, const float* inv_freq, int64_t tokens, int tokens_per_block,
                         int heads, int kv_heads, int v_heads, int half, float eps) {
-  // The engine's decode attention, launched dependent on this kernel, may set up meanwhile.
-  allow_dependents();
   extern __shared__ float2 angles[];
   constexpr int L = kPairsPerLane<N>;
   const int64_t first_token = static_cast<int64_t>(blockIdx.x) * tokens_per_block;

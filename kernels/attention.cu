@@ -423,14 +423,6 @@ __device__ void begin_products() {
   if constexpr (kWarpgroupMma<D>) wgmma_fence();
 }
 
-template <int D>
-__device__ void end_products() {
-  if constexpr (kWarpgroupMma<D>) {
-    wgmma_commit();
-    wgmma_wait<0>();
-  }
-}
-
 // A batch can also be closed without waiting for it (commit_products), so that the threads
 // work on while the tensor cores run it; wait_products<pending> then returns once at most
 // `pending` of the closed batches are still running (they finish in order), and
@@ -444,6 +436,12 @@ __device__ void commit_products() {
 template <int D, int pending>
 __device__ void wait_products() {
   if constexpr (kWarpgroupMma<D>) wgmma_wait<pending>();
+}
+
+template <int D>
+__device__ void end_products() {
+  commit_products<D>();
+  wait_products<D, 0>();
 }
 
 template <int D, int N>

@@ -199,12 +199,12 @@ TEST(RolloutScheduler, PreemptionKeepsSharedBlocksForTheOtherHolders) {
 TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
   BlockAllocator allocator(20);
   Scheduler scheduler({2, 16}, allocator, 4);
-  for (uint64_t r = 0; r < 5; ++r) scheduler.add(make_sequence(r, 7, 4));
+  for (uint64_t r = 0; r < 5; ++r) scheduler.add(make_sequence(r, 7, 4, static_cast<int32_t>(r)));
   const auto chunks = scheduler.schedule();
   EXPECT_EQ(chunks.size(), 2u);  // the running limit
   EXPECT_EQ(scheduler.running(), 2u);
   EXPECT_EQ(scheduler.waiting(), 3u);
-  EXPECT_EQ(allocator.free_count(), 17);  // 2 blocks each, the first of the same prompt shared
+  EXPECT_EQ(allocator.free_count(), 16);
   const auto all = scheduler.take_all();
   EXPECT_EQ(all.size(), 5u);
   EXPECT_EQ(all[0]->request.id, 0u);

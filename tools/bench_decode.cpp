@@ -8,9 +8,10 @@
 //
 // Random BF16 weights and prompts; no stop tokens, so every sequence generates --new
 // tokens. --group G gives each prompt to G sequences in a row, as a GRPO step does; they
-// share the prompt's KV cache blocks unless --share-prompts 0. The first run captures the decode graphs and is not timed; the figure is the
-// best of --runs timed runs of the whole generate() (prefill included), wall clock. The
-// last line times the prefill alone the same way: generates of one new token each.
+// share the prompt's KV cache blocks unless --share-prompts 0. The first run captures the
+// decode graphs and is not timed; the figure is the best of --runs timed runs of the
+// whole generate() (prefill included), wall clock. The last line times the prefill alone
+// the same way: generates of one new token each.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

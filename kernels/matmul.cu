@@ -11,7 +11,6 @@
 #include <type_traits>
 
 #include "model/op_args.h"
-#include "small_batch_matmul.cuh"
 
 namespace tandem::cuda {
 
@@ -203,10 +202,6 @@ MatmulContext make_matmul_context(cudaStream_t stream) {
   const std::string op = "cuda::make_matmul_context";
   MatmulContext context;
   context.stream = stream;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), op, "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&context.multiprocessors, cudaDevAttrMultiProcessorCount, device), op,
-             "cudaDeviceGetAttribute");
   check_cublas(cublasLtCreate(&context.handle), op, "cublasLtCreate");
   const cudaError_t status = cudaMalloc(&context.workspace, kWorkspaceBytes);
   if (status != cudaSuccess) {
@@ -241,9 +236,6 @@ void matmul_forward(const MatmulContext& context, const Tensor& out, const Tenso
   check_aligned(out, op, "out");
   if (bias.data) check_aligned(bias, op, "bias");
   if (I == 0) throw std::invalid_argument(op + ": x " + x.describe() + " has no columns");
-  if (context.small_batch_kernel && data == DType::BF16 && !bias.data)
-    if (const auto plan = plan_small_batch_matmul(N, O, I, context.multiprocessors))
-      return small_batch_matmul(out, x, weight, *plan, context.stream);
   // outᵀ [O,N] = (weight as col-major [I,O])ᵀ · (x as col-major [I,N]).
   const GemmShape shape{CUBLAS_OP_T, CUBLAS_OP_N, static_cast<uint64_t>(O), static_cast<uint64_t>(N),
                         static_cast<uint64_t>(I), data, data, bias.data != nullptr};

@@ -27,10 +27,6 @@ struct MatmulContext {
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
   MatmulPlans* plans = nullptr;
-  int multiprocessors = 0;
-  // Forward products of at most 256 rows go to small_batch_matmul.cuh's kernel where one
-  // of its plans fits; false keeps every product on cuBLASLt (the benchmarks' baseline).
-  bool small_batch_kernel = true;
 };
 
 // 32 MiB of workspace: Hopper's fastest kernels need it.
@@ -38,7 +34,6 @@ MatmulContext make_matmul_context(cudaStream_t stream);
 void destroy_matmul_context(MatmulContext& context);
 
 // out [N,O] = x [N,I] · weight [O,I]ᵀ + bias [O]; bias may be empty (data == nullptr).
-// BF16 products of N <= 256 rows without a bias run on small_batch_matmul where it fits.
 void matmul_forward(const MatmulContext& context, const Tensor& out, const Tensor& x, const Tensor& weight,
                     const Tensor& bias);
 

@@ -10,7 +10,6 @@
 #include <string>
 #include <type_traits>
 
-#include "dependent_launch.cuh"
 #include "mma.cuh"
 #include "model/op_args.h"
 
@@ -489,7 +488,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
                   const bf16* value_cache, const int* cu_queries, const int* context_lens, const int* block_tables,
                   Geometry geo) {
-  allow_dependents();
   using Layout = DecodeLayout<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   const int kv_head = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
@@ -666,7 +664,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
 __global__ void __launch_bounds__(kThreads)
     combine_splits(bf16* out, const float* partial_out, const float* partial_lse, const int* cu_queries,
                    const int* context_lens, Geometry geo) {
-  allow_dependents();
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;

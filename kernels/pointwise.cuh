@@ -13,7 +13,6 @@
 #include <string>
 #include <type_traits>
 
-#include "dependent_launch.cuh"
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -87,7 +86,6 @@ __device__ inline float group_sum(float v, unsigned mask) {
 // tail one element at a time. Body::apply<M>(i) handles elements [i, i + M).
 template <int N, class Body>
 __global__ void flat_kernel(int64_t n, Body body) {
-  allow_dependents();
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
   if (i + N <= n) {
     body.template apply<N>(i);

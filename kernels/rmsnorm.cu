@@ -57,7 +57,6 @@ template <class T, int N, int S, bool AddBranch>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     rmsnorm_forward_kernel(T* out, float* rstd, T* x, const T* branch, const T* weight, int64_t rows, int columns,
                            float eps) {
-  allow_dependents();
   constexpr int L = kPacksPerLane<N>;
   using P = Pack<T, N>;
   __shared__ float warp_sums[kTeamsPerBlock<S> * S / 32];

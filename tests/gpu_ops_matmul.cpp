@@ -1,9 +1,7 @@
 // The CUDA matmul family (kernels/matmul.cu) against CpuOps, on fresh random inputs each
 // run: F32 data (tight, which also proves TF32 is off) and BF16 data (FP32 accumulation,
 // one rounding of each data output), odd shapes, gradients accumulated into nonzero
-// buffers and each one selectively left out, and the argument checks. The small-batch
-// kernel (kernels/small_batch_matmul.cu) in every plan, on row counts off its 64-row tiles,
-// and the Qwen3-0.6B decode projections as matmul_forward plans them.
+// buffers and each one selectively left out, and the argument checks.
 #ifdef TANDEM_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -17,7 +15,6 @@
 #include <vector>
 
 #include "matmul.cuh"
-#include "small_batch_matmul.cuh"
 #include "model/cpu_ops.h"
 #include "support.h"
 #include "tensor/bf16.h"
@@ -248,83 +245,6 @@ TEST_F(GpuMatmul, BackwardOverwritesDxAndAccumulatesWeights) {
     check_backward(DType::F32, c, rng, kF32Tolerance, kF32Tolerance, 2, GradWrite::overwrite);
     check_backward(DType::BF16, c, rng, kBf16Tolerance, kBf16GradientTolerance, 2, GradWrite::overwrite);
   }
-}
-
-// Every plan of the small-batch kernel (row blocks of 64 and 128, slices 1 to 8) at row
-// counts from 1 to 256, none or some of them a whole 64-row tile.
-TEST_F(GpuMatmul, SmallBatchKernelMatchesCpuInEveryPlan) {
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  const int64_t O = 256, I = 512;
-  std::vector<float> weight = random_values(rng, DType::BF16, O * I);
-  const DeviceTensor weight_d(DType::BF16, {O, I}, weight);
-  for (const int64_t N : {1, 37, 64, 100, 200, 256}) {
-    std::vector<float> x = random_values(rng, DType::BF16, N * I), out(static_cast<size_t>(N * O));
-    const DeviceTensor x_d(DType::BF16, {N, I}, x), out_d(DType::BF16, {N, O});
-    cpu_.matmul_forward(host_view(out, {N, O}), host_view(x, {N, I}), host_view(weight, {O, I}), Tensor{});
-    for (const int warpgroups : {1, 2})
-      for (const int splits : {1, 2, 4, 8}) {
-        SCOPED_TRACE("N=" + std::to_string(N) + ", " + std::to_string(warpgroups) + " warpgroups, " +
-                     std::to_string(splits) + " splits");
-        const cuda::SmallBatchPlan plan{warpgroups, splits};
-        ASSERT_TRUE(cuda::small_batch_plan_fits(plan, N, O, I));
-        out_d.write(std::vector<float>(out.size(), std::nanf("")));
-        cuda::small_batch_matmul(out_d.tensor(), x_d.tensor(), weight_d.tensor(), plan, nullptr);
-        EXPECT_LE(worst_scaled_error(out_d.read(), out), kBf16Tolerance);
-      }
-  }
-}
-
-// The decode step's projections at the Qwen3-0.6B shape (q|k|v, o, gate|up, down) through
-// matmul_forward, which plans them onto the small-batch kernel; a second call gives the
-// same bits (the slices add up in a fixed order), and cuBLASLt's product agrees.
-TEST_F(GpuMatmul, DecodeProjectionsRunOnTheSmallBatchKernel) {
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  for (const Shape& shape : {Shape{256, 1024, 4096}, Shape{256, 2048, 1024}, Shape{100, 1024, 6144},
-                             Shape{256, 3072, 1024}}) {
-    const auto [N, I, O] = shape;
-    SCOPED_TRACE(describe(shape, DType::BF16));
-    ASSERT_TRUE(cuda::plan_small_batch_matmul(N, O, I, context_.multiprocessors).has_value());
-    std::vector<float> x = random_values(rng, DType::BF16, N * I), weight = random_values(rng, DType::BF16, O * I),
-                       out(static_cast<size_t>(N * O));
-    const DeviceTensor x_d(DType::BF16, {N, I}, x), weight_d(DType::BF16, {O, I}, weight), out_d(DType::BF16, {N, O});
-    cpu_.matmul_forward(host_view(out, {N, O}), host_view(x, {N, I}), host_view(weight, {O, I}), Tensor{});
-    cuda::matmul_forward(context_, out_d.tensor(), x_d.tensor(), weight_d.tensor(), Tensor{});
-    const std::vector<float> first = out_d.read();
-    EXPECT_LE(worst_scaled_error(first, out), kBf16Tolerance);
-    cuda::matmul_forward(context_, out_d.tensor(), x_d.tensor(), weight_d.tensor(), Tensor{});
-    EXPECT_EQ(out_d.read(), first) << "a second call differs";
-    context_.small_batch_kernel = false;
-    cuda::matmul_forward(context_, out_d.tensor(), x_d.tensor(), weight_d.tensor(), Tensor{});
-    context_.small_batch_kernel = true;
-    EXPECT_LE(worst_scaled_error(out_d.read(), out), kBf16Tolerance) << "cuBLASLt";
-  }
-}
-
-// The plans: one wave of blocks on the H200's 132 multiprocessors at the decode shapes;
-// nothing where the kernel does not apply.
-TEST(SmallBatchPlan, FillsOneWaveAndRefusesWhatItCannotRun) {
-  const auto plan = [](int64_t N, int64_t O, int64_t I) { return cuda::plan_small_batch_matmul(N, O, I, 132); };
-  const auto expect_plan = [&](int64_t N, int64_t O, int64_t I, int warpgroups, int splits) {
-    const auto got = plan(N, O, I);
-    ASSERT_TRUE(got.has_value()) << N << "x" << O << "x" << I;
-    EXPECT_EQ(got->warpgroups, warpgroups) << N << "x" << O << "x" << I;
-    EXPECT_EQ(got->splits, splits) << N << "x" << O << "x" << I;
-  };
-  expect_plan(256, 4096, 1024, 2, 4);  // q|k|v: 32 row blocks x 4 slices
-  expect_plan(256, 1024, 2048, 1, 8);  // o_proj: 16 x 8
-  expect_plan(256, 6144, 1024, 2, 2);  // gate|up: 48 x 2
-  expect_plan(1, 1024, 3072, 1, 8);    // down_proj, one row
-  expect_plan(8, 64, 64, 1, 1);        // one chunk of I: no slices
-  EXPECT_FALSE(plan(257, 1024, 1024));     // more rows than the kernel's 256
-  EXPECT_FALSE(plan(256, 1032, 1024));     // O off the 64-row blocks
-  EXPECT_FALSE(plan(256, 1024, 1000));     // I off the 64-wide chunks
-  EXPECT_FALSE(plan(256, 151936, 1024));   // the LM head: more than one wave of row blocks
-  EXPECT_FALSE(cuda::small_batch_plan_fits({1, 16}, 256, 1024, 2048));  // a cluster past 8
-  EXPECT_FALSE(cuda::small_batch_plan_fits({1, 3}, 256, 1024, 3072));   // slices a power of 2
 }
 
 void expect_invalid(const std::function<void()>& call, const std::string& expected) {

@@ -1,7 +1,6 @@
 // BF16 GEMM throughput through the CUDA matmul family (kernels/matmul.cu, cuBLASLt).
 //
 //   bench_gemm [--tokens N] [--repeat R]
-//   bench_gemm --decode T [--repeat R]
 //
 // First the square forward GEMMs PyTorch's ceiling was measured on (H200, torch.matmul
 // bf16: ~865 TFLOP/s at 4096³, ~790 at 8192³), then the Qwen3-0.6B linear layers at
@@ -10,29 +9,20 @@
 // and v; gate and up) as one GEMM each over their stacked weights. Each figure: median of R (default 20) calls
 // after 3 warm-up calls, a CUDA event pair around each call; FLOPs = 2·N·I·O per product.
 // Inputs are random normals: all-zero data would run cooler and flatter the figures.
-//
-// --decode T: the decode step's projections at T tokens (q|k|v, o, gate|up, down), each on
-// cuBLASLt and on the small-batch kernel (kernels/small_batch_matmul.cu) in every plan that
-// fits one wave, '*' marking matmul_forward's: R calls captured in a CUDA graph, each over its own copy of the weights so that
-// they stream from HBM as in a step (one layer's weights fit the L2); the figure is the
-// graph's best of 5 launches divided by R.
 #include <cstdio>
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "matmul.cuh"
-#include "small_batch_matmul.cuh"
 #include "tensor/bf16.h"
 
 using namespace tandem;
@@ -44,11 +34,10 @@ constexpr int kWarmup = 3;
 struct Options {
   int64_t tokens = 8192;
   int repeat = 20;
-  int64_t decode_tokens = 0;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr, "bench_gemm: %s\nusage: bench_gemm [--tokens N] [--repeat R] | --decode T [--repeat R]\n", problem.c_str());
+  std::fprintf(stderr, "bench_gemm: %s\nusage: bench_gemm [--tokens N] [--repeat R]\n", problem.c_str());
   std::exit(2);
 }
 
@@ -63,8 +52,6 @@ Options parse(int argc, char** argv) {
       options.tokens = value;
     else if (flag == "--repeat")
       options.repeat = static_cast<int>(value);
-    else if (flag == "--decode")
-      options.decode_tokens = value;
     else
       usage("unknown option '" + flag + "'");
   }
@@ -190,106 +177,12 @@ int run(const Options& options) {
   return 0;
 }
 
-int run_decode(const Options& options) {
-  cudaDeviceProp properties{};
-  check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
-  const int64_t N = options.decode_tokens;
-  const int copies = options.repeat;
-  const std::vector<Linear> layers = {{"q|k|v", N, 1024, 4096, false},
-                                      {"o_proj", N, 2048, 1024, false},
-                                      {"gate|up", N, 1024, 6144, false},
-                                      {"down_proj", N, 3072, 1024, false}};
-  int64_t max_x = 0, max_out = 0, max_weight = 0;
-  for (const Linear& l : layers) {
-    max_x = std::max(max_x, l.N * l.I);
-    max_out = std::max(max_out, l.N * l.O);
-    max_weight = std::max(max_weight, l.O * l.I);
-  }
-  std::vector<uint16_t> pattern(size_t{1} << 24);
-  std::mt19937 rng(1234);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (uint16_t& value : pattern) value = float_to_bf16(normal(rng));
-  const DeviceBuffer x(max_x * 2, &pattern), out(max_out * 2, &pattern),
-      weights(static_cast<size_t>(max_weight) * 2 * copies, &pattern);
-
-  cudaStream_t stream;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda::MatmulContext context = cuda::make_matmul_context(stream);
-  cudaEvent_t start, stop;
-  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  std::printf("bench_gemm --decode on %s: BF16, %d calls a graph over %d weight copies, best of 5 graphs\n",
-              properties.name, copies, copies);
-  std::printf("%-10s %5s %5s %5s  %-22s %8s %8s %8s\n", "layer", "N", "I", "O", "path", "us", "TFLOP/s", "W GB/s");
-  for (const Linear& l : layers) {
-    const Tensor x_t = Tensor::view(x.data, DType::BF16, Device::CUDA, {l.N, l.I});
-    const Tensor out_t = Tensor::view(out.data, DType::BF16, Device::CUDA, {l.N, l.O});
-    const auto weight = [&](int copy) {
-      return Tensor::view(static_cast<char*>(weights.data) + static_cast<size_t>(copy) * l.O * l.I * 2, DType::BF16,
-                          Device::CUDA, {l.O, l.I});
-    };
-    const auto planned = cuda::plan_small_batch_matmul(l.N, l.O, l.I, context.multiprocessors);
-    // cuBLASLt, then every plan of the small-batch kernel that fits one wave ('*': the one
-    // matmul_forward picks).
-    std::vector<std::optional<cuda::SmallBatchPlan>> paths = {std::nullopt};
-    for (const int warpgroups : {1, 2})
-      for (const int splits : {1, 2, 4, 8}) {
-        const cuda::SmallBatchPlan plan{warpgroups, splits};
-        if (cuda::small_batch_plan_fits(plan, l.N, l.O, l.I) &&
-            l.O / (64 * warpgroups) * splits <= context.multiprocessors)
-          paths.push_back(plan);
-      }
-    for (const auto& path : paths) {
-      context.small_batch_kernel = false;  // the path without a plan is cuBLASLt's
-      const auto call = [&](int copy) {
-        if (path)
-          cuda::small_batch_matmul(out_t, x_t, weight(copy), *path, stream);
-        else
-          cuda::matmul_forward(context, out_t, x_t, weight(copy), Tensor{});
-      };
-      call(0);  // plans and configures outside the capture
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      for (int copy = 0; copy < copies; ++copy) call(copy);
-      check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      float best = INFINITY;
-      for (int launch = 0; launch < 6; ++launch) {
-        check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-        check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-        check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-        check_cuda(cudaEventSynchronize(stop), "graph");
-        float ms = 0;
-        check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-        if (launch > 0) best = std::min(best, ms);  // the first launch uploads the graph
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      const double us = best * 1e3 / copies;
-      const double flops = 2.0 * static_cast<double>(l.N * l.I * l.O);
-      const bool picked = path && planned && path->warpgroups == planned->warpgroups && path->splits == planned->splits;
-      const std::string name = path ? "small-batch " + std::to_string(path->warpgroups) + "wg x" +
-                                          std::to_string(path->splits) + (picked ? " *" : "")
-                                    : "cuBLASLt";
-      std::printf("%-10s %5lld %5lld %5lld  %-22s %8.2f %8.1f %8.0f\n", l.name, static_cast<long long>(l.N),
-                  static_cast<long long>(l.I), static_cast<long long>(l.O), name.c_str(), us, flops / us * 1e-6,
-                  static_cast<double>(l.O * l.I * 2) / us * 1e-3);
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cuda::destroy_matmul_context(context);
-  cudaStreamDestroy(stream);
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
-    return options.decode_tokens > 0 ? run_decode(options) : run(options);
+    return run(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -483,43 +483,6 @@ __device__ inline void merge_state(float& max, float& sum, float (&acc)[N], floa
   max = best;
 }
 
-// One (sequence, kv head, split) item of a decode block: what the block needs to stream
-// its keys and write its rows.
-struct DecodeItem {
-  bool valid;       // a sequence with a new token and keys in this split
-  int key_begin, key_end;
-  int active;       // the sequence's active splits
-  int stages;       // stage_keys-wide stages of keys in [key_begin, key_end)
-  int64_t token;    // the sequence's new token
-  const int* table;
-};
-
-template <int D>
-__device__ inline DecodeItem decode_item(const int* cu_queries, const int* context_lens, const int* block_tables,
-                                         const Geometry& geo, int b, int split) {
-  DecodeItem item{};
-  if (b >= geo.sequences) return item;
-  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
-  item.active = active_splits(seq.context, geo.splits);
-  if (seq.queries == 0 || split >= item.active) return item;
-  // The sequence's first new token (its only one in a valid decode step) sees keys up to itself.
-  const int split_keys = split_length(seq.context, geo.splits);
-  item.key_begin = split * split_keys;
-  item.key_end = min(min(item.key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
-  item.stages = item.key_end > item.key_begin
-                    ? (item.key_end - item.key_begin + DecodeLayout<D>::stage_keys - 1) / DecodeLayout<D>::stage_keys
-                    : 0;
-  item.token = seq.start;
-  item.table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
-  item.valid = true;
-  return item;
-}
-
-// Block (kv head, y, split) takes the sequences y, y + gridDim.y, ... in turn (one wave of
-// blocks at large batches). Each item's first stages of keys and its queries are loaded
-// before the item before it is merged and written, so a block streams without the gap a
-// fresh block has at its start: its sequence, queries and block table read, then its first
-// copies, each waiting for the one before.
 template <int D, int G>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
@@ -527,57 +490,49 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
                   Geometry geo) {
   using Layout = DecodeLayout<D>;
   extern __shared__ __align__(16) unsigned char shared[];
-  const int kv_head = blockIdx.x, split = blockIdx.z;
+  const int kv_head = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
+  const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
+  const int active = active_splits(seq.context, geo.splits);
+  if (seq.queries == 0 || split >= active) return;
+  // The sequence's first new token (its only one in a valid decode step) sees keys up to itself.
+  const int split_keys = split_length(seq.context, geo.splits), key_begin = split * split_keys;
+  const int key_end = min(min(key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
+  const int stages = key_end > key_begin ? (key_end - key_begin + Layout::stage_keys - 1) / Layout::stage_keys : 0;
+
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int piece = lane % Layout::lanes_per_key;  // dims [8·piece, 8·piece + 8) of every key
   const int slot = lane / Layout::lanes_per_key;   // keys slot + key_slots·i of every stage
-  const int64_t q_stride = static_cast<int64_t>(geo.heads) * D;
+  const int mine = stages > warp ? (stages - warp + kWarps - 1) / kWarps : 0;  // stages warp + kWarps·n
+  const int64_t token = seq.start, q_stride = static_cast<int64_t>(geo.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const int head0 = kv_head * G;
+  const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
   unsigned char* ring = shared + warp * kDecodeStages * kDecodeStageBytes;
-  // A warp's merge state (G·D outputs, G maxima, G sums) in the last stage of its ring: the
-  // next item's first stages take the others while the item before is merged.
-  const auto state_of = [&](int w) {
-    return reinterpret_cast<float*>(shared + (w * kDecodeStages + kDecodeStages - 1) * kDecodeStageBytes);
-  };
-  static_assert((G * D + 2 * G) * 4 <= kDecodeStageBytes);
-  const float scale_log2 = geo.scale * kLog2e;
 
-  // The warp's stages of an item: warp + kWarps·n.
-  const auto mine_of = [&](const DecodeItem& item) {
-    return item.stages > warp ? (item.stages - warp + kWarps - 1) / kWarps : 0;
-  };
-  // The queries' dims of this lane, as loaded (BF16, kept packed while an item is merged),
-  // then scaled so that scores come out in log2 units.
-  const auto load_query = [&](const DecodeItem& item, uint4 (&raw)[G]) {
+  // The queries' dims of this lane, scaled so that scores come out in log2 units.
+  float query[G][8];
+  const float scale_log2 = geo.scale * kLog2e;
 #pragma unroll
-    for (int g = 0; g < G; ++g)
-      raw[g] = item.valid ? *reinterpret_cast<const uint4*>(q + item.token * q_stride + (head0 + g) * D + 8 * piece)
-                          : uint4{};
-  };
-  const auto unpack_query = [&](const uint4 (&raw)[G], float (&query)[G][8]) {
+  for (int g = 0; g < G; ++g) {
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + 8 * piece), query[g]);
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      unpack_bf16x8(raw[g], query[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
-    }
-  };
+    for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
+  }
+
   // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
   // past the range or a block outside the cache (which reads as zeros, as in attend_tiles).
-  const auto locate = [&](const DecodeItem& item, int mine, int n) -> int64_t {
-    const int key = item.key_begin + (warp + kWarps * n) * Layout::stage_keys + lane;
-    if (n >= mine || lane >= Layout::stage_keys || key >= item.key_end) return -1;
-    const int block = item.table[key / geo.block_size];
+  const auto locate = [&](int n) -> int64_t {
+    const int key = key_begin + (warp + kWarps * n) * Layout::stage_keys + lane;
+    if (n >= mine || lane >= Layout::stage_keys || key >= key_end) return -1;
+    const int block = table[key / geo.block_size];
     if (block < 0 || block >= geo.cache_blocks) return -1;
     return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D;
   };
   const auto stage_keys_at = [&](int n) {
     return reinterpret_cast<bf16*>(ring + n % kDecodeStages * kDecodeStageBytes);
   };
-  // One commit group per call, empty past the warp's stages, so that the wait counts hold
-  // (groups finish in order, so the empty ones an item leaves behind change nothing).
-  const auto fetch = [&](int mine, int n, int64_t where) {
+  // One commit group per call, empty past the warp's stages, so that the wait counts hold.
+  const auto fetch = [&](int n, int64_t where) {
     if (n < mine) {
       bf16* keys = stage_keys_at(n);
       bf16* values = keys + Layout::stage_keys * D;
@@ -592,135 +547,115 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     }
     copy_async_commit();
   };
-  // An item's first stages: the block-table reads go out together; afterwards each stage's
-  // read is one stage ahead of its copy. Returns that next read.
-  const auto start_item = [&](const DecodeItem& item, int mine) -> int64_t {
-    int64_t where[kDecodeStages];
-#pragma unroll
-    for (int n = 0; n < kDecodeStages; ++n) where[n] = locate(item, mine, n);
-#pragma unroll
-    for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(mine, n, where[n]);
-    return where[kDecodeStages - 1];
-  };
 
-  DecodeItem item = decode_item<D>(cu_queries, context_lens, block_tables, geo, blockIdx.y, split);
-  uint4 raw_query[G];
-  load_query(item, raw_query);
-  float query[G][8];
-  unpack_query(raw_query, query);
-  int mine = mine_of(item);
-  int64_t next = start_item(item, mine);
-  for (int b = blockIdx.y; b < geo.sequences; b += gridDim.y) {
-    float row_max[G], row_sum[G], acc[G][8] = {};
+  // The block-table reads of the first stages go out together; afterwards each stage's
+  // read is one stage ahead of its copy.
+  int64_t where[kDecodeStages];
 #pragma unroll
-    for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
-    for (int n = 0; n < mine; ++n) {
-      fetch(mine, n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
-      next = locate(item, mine, n + kDecodeStages);
-      copy_async_wait<kDecodeStages - 1>();
-      const bf16* keys = stage_keys_at(n);
-      const bf16* values = keys + Layout::stage_keys * D;
-      const int key0 = item.key_begin + (warp + kWarps * n) * Layout::stage_keys;
+  for (int n = 0; n < kDecodeStages; ++n) where[n] = locate(n);
+#pragma unroll
+  for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
+  int64_t next = where[kDecodeStages - 1];
 
-      float score[kDecodeKeysPerLane][G];
+  float row_max[G], row_sum[G], acc[G][8] = {};
 #pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        const int j = slot + Layout::key_slots * i;
-        float k[8];
-        unpack_bf16x8(*reinterpret_cast<const uint4*>(keys + j * D + 8 * piece), k);
+  for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
+  for (int n = 0; n < mine; ++n) {
+    fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
+    next = locate(n + kDecodeStages);
+    copy_async_wait<kDecodeStages - 1>();
+    const bf16* keys = stage_keys_at(n);
+    const bf16* values = keys + Layout::stage_keys * D;
+    const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
+
+    float score[kDecodeKeysPerLane][G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float dot = 0.f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) dot = fmaf(query[g][e], k[e], dot);
-          score[i][g] = dot;
-        }
-      }
-#pragma unroll
-      for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i)
-#pragma unroll
-          for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      const int j = slot + Layout::key_slots * i;
+      float k[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(keys + j * D + 8 * piece), k);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float stage_max = -INFINITY;
+        float dot = 0.f;
 #pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-          if (key0 + slot + Layout::key_slots * i >= item.key_end) score[i][g] = -INFINITY;
-          stage_max = fmaxf(stage_max, score[i][g]);
-        }
-        const float best = fmaxf(row_max[g], stage_max);
-        const float base = best == -INFINITY ? 0.f : best;
-        const float correction = exp2f(row_max[g] - base);
-        row_max[g] = best;
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-          score[i][g] = exp2f(score[i][g] - base);
-          sum += score[i][g];
-        }
-        row_sum[g] = row_sum[g] * correction + sum;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] *= correction;
+        for (int e = 0; e < 8; ++e) dot = fmaf(query[g][e], k[e], dot);
+        score[i][g] = dot;
       }
+    }
+#pragma unroll
+    for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float stage_max = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        float v[8];
-        unpack_bf16x8(*reinterpret_cast<const uint4*>(values + (slot + Layout::key_slots * i) * D + 8 * piece), v);
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(score[i][g], v[e], acc[g][e]);
+        if (key0 + slot + Layout::key_slots * i >= key_end) score[i][g] = -INFINITY;
+        stage_max = fmaxf(stage_max, score[i][g]);
       }
+      const float best = fmaxf(row_max[g], stage_max);
+      const float base = best == -INFINITY ? 0.f : best;
+      const float correction = exp2f(row_max[g] - base);
+      row_max[g] = best;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+        score[i][g] = exp2f(score[i][g] - base);
+        sum += score[i][g];
+      }
+      row_sum[g] = row_sum[g] * correction + sum;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= correction;
     }
-
-    // The next item's queries and first stages go out now: the ring is free once every
-    // lane has read its last piece of this item's.
-    const DecodeItem current = item;
-    __syncwarp();
-    item = decode_item<D>(cu_queries, context_lens, block_tables, geo, b + gridDim.y, split);
-    load_query(item, raw_query);
-    mine = mine_of(item);
-    next = start_item(item, mine);
-
-    if (current.valid) {
-      // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
 #pragma unroll
-      for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      float v[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(values + (slot + Layout::key_slots * i) * D + 8 * piece), v);
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float other[8];
+      for (int g = 0; g < G; ++g)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
-          merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
-                      __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
-        }
-      float* state = state_of(warp);
-      if (slot == 0) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float4* to = reinterpret_cast<float4*>(state + g * D + 8 * piece);
-          to[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-          to[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
-          if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
-        }
-      }
-      __syncthreads();
-      for (int e = threadIdx.x; e < G * D; e += kThreads) {
-        const int g = e / D, d = e % D;
-        float max = -INFINITY, sum = 0.f, value[1] = {0.f};
-        for (int w = 0; w < kWarps; ++w) {
-          const float* other = state_of(w);
-          const float other_value[1] = {other[g * D + d]};
-          merge_state(max, sum, value, other[G * D + g], other[G * D + G + g], other_value);
-        }
-        write_result(out, partial_out, partial_lse, geo, current.active, split, current.token, head0 + g, d,
-                     value[0], sum, max);
-      }
-      __syncthreads();  // the states are read before the next item's stage 2 lands on them
+        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(score[i][g], v[e], acc[g][e]);
     }
-    unpack_query(raw_query, query);
+  }
+
+  // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
+#pragma unroll
+  for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float other[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
+      merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
+                  __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
+    }
+  // Each warp's state goes into its own ring, once every copy into it was waited for (all
+  // of the warp's stages were) and every lane has read its last piece.
+  __syncwarp();
+  float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
+  if (slot == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float4* to = reinterpret_cast<float4*>(state + g * D + 8 * piece);
+      to[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      to[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+      if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
+    }
+  }
+  __syncthreads();
+
+  for (int e = threadIdx.x; e < G * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float max = -INFINITY, sum = 0.f, value[1] = {0.f};
+    for (int w = 0; w < kWarps; ++w) {
+      const float* other = reinterpret_cast<const float*>(shared + w * kDecodeStages * kDecodeStageBytes);
+      const float other_value[1] = {other[g * D + d]};
+      merge_state(max, sum, value, other[G * D + g], other[G * D + G + g], other_value);
+    }
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + g, d, value[0], sum, max);
   }
 }
 
@@ -1026,11 +961,8 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   if (decode) {
     // A sequence's kv heads side by side: together they read whole cache rows (every
     // head's 2 x head_dim bytes of a token), where blocks of one head over many sequences
-    // read 1/kv_heads of each row and leave the rest to a later wave. One wave of blocks,
-    // each taking sequences in turn.
-    const int64_t wave = std::max<int64_t>(1, int64_t{kDecodeBlocksPerSm} * sms / (kv_heads * geo.splits));
-    const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(std::min<int64_t>(B, wave)),
-                    static_cast<unsigned>(geo.splits));
+    // read 1/kv_heads of each row and leave the rest to a later wave.
+    const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
     with_group(group, [&](auto g) {
       constexpr int G = decltype(g)::value;
       if (geo.head_dim == 64) launch(attend_decode<64, G>, grid, kDecodeSharedBytes);

@@ -372,25 +372,31 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{8, 2, 64, DType::F32}, true}, Case{{4, 2, 128, DType::F32}, false}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-// A decode step of more sequences than the decode kernel splits (B·kv_heads blocks fill
-// the device), contexts from 1 to 700 tokens in one batch, as the engine's steps have.
+// Decode steps of more sequences than the decode kernel splits (B·kv_heads blocks fill
+// the device), contexts from 1 to 700 tokens in one batch, as the engine's steps have: 96
+// and 300 sequences (up to 5 waves of blocks), at GQA groups of 2 and 4.
 TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const Shape shape{16, 8, 128, DType::BF16};
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> context(1, 700);
-  std::vector<SequenceSpec> specs(96);
-  for (SequenceSpec& spec : specs) spec = {context(rng), 1};
-  const Problem problem = make_problem(shape, specs, blocks_for(specs, 16) + 7, 700 / 16 + 2, seed);
+  for (const Shape& shape : {Shape{16, 8, 128, DType::BF16}, Shape{32, 8, 64, DType::BF16}})
+    for (const int sequences : {96, 300}) {
+      const std::string what = std::to_string(sequences) + " decode sequences, " + std::to_string(shape.heads) +
+                               "/" + std::to_string(shape.kv_heads) + " heads of " + std::to_string(shape.head_dim);
+      SCOPED_TRACE(what);
+      std::vector<SequenceSpec> specs(sequences);
+      for (SequenceSpec& spec : specs) spec = {context(rng), 1};
+      const Problem problem = make_problem(shape, specs, blocks_for(specs, 16) + 7, 700 / 16 + 2, seed);
 
-  DeviceStep gpu(problem);
-  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), problem.tokens, problem.sequences,
-                               "test.paged_attention");
-  gpu.run(attention, shape.heads, shape.kv_heads);
-  check(cudaStreamSynchronize(nullptr), "paged attention kernels");
-  expect_matches_cpu(gpu, problem, "96 decode sequences");
+      DeviceStep gpu(problem);
+      CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), problem.tokens,
+                                   problem.sequences, "test.paged_attention");
+      gpu.run(attention, shape.heads, shape.kv_heads);
+      check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+      expect_matches_cpu(gpu, problem, what);
+    }
 }
 
 // A CUDA graph of store + attend, captured once, replayed after new contents are written

@@ -383,8 +383,7 @@ TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
   std::uniform_int_distribution<int> context(1, 700);
   for (const Shape& shape : {Shape{16, 8, 128, DType::BF16}, Shape{32, 8, 64, DType::BF16}})
     for (const int sequences : {96, 300}) {
-      const std::string what = std::to_string(sequences) + " decode sequences, " + std::to_string(shape.heads) +
-                               "/" + std::to_string(shape.kv_heads) + " heads of " + std::to_string(shape.head_dim);
+      const std::string what = std::to_string(sequences) + " sequences, " + case_name(Case{shape, true});
       SCOPED_TRACE(what);
       std::vector<SequenceSpec> specs(sequences);
       for (SequenceSpec& spec : specs) spec = {context(rng), 1};

@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "e4m3.cuh"
 #include "mma.cuh"
 #include "model/op_args.h"
 
@@ -99,6 +100,25 @@ __device__ inline float warp_sum(float x) {
   return x;
 }
 
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
+  return x;
+}
+
+// A layer of the cache as the kernels see it: Cache is the working dtype, or uint8_t for
+// F8_E4M3 codes, whose (row, kv head) scale is at scales[row·kv_heads + head], which is
+// the element offset of the head's first element divided by head_dim.
+template <class Cache>
+struct CacheView {
+  const Cache* keys;
+  const Cache* values;
+  const float* key_scales;  // null unless Cache is uint8_t
+  const float* value_scales;
+};
+
+__device__ inline float to_float(uint8_t code) { return e4m3_to_float(code); }  // times its scale
+
 // ---------------------------------------------------------------------------------------
 // store: one thread per `Unit` of a row (16 bytes when rows and pointers allow).
 
@@ -114,6 +134,33 @@ __global__ void store_rows(Unit* key_cache, Unit* value_cache, const Unit* k, co
   value_cache[dst] = v[i];
 }
 
+// A head of head_dim elements into codes of one scale, by the 32 lanes of a warp.
+template <class Element>
+__device__ inline void store_coded_head(uint8_t* codes, float* scale, const Element* x, int head_dim, int lane) {
+  float amax = 0.f;
+  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(to_float(x[d])));
+  amax = warp_max(amax);
+  const float inverse = e4m3_inverse_scale(amax);
+  for (int d = lane; d < head_dim; d += 32) codes[d] = to_e4m3(to_float(x[d]) * inverse);
+  if (lane == 0) *scale = e4m3_scale(amax);
+}
+
+// An F8_E4M3 cache: one warp per (token, kv head).
+template <class Element>
+__global__ void __launch_bounds__(kThreads)
+    store_coded_rows(uint8_t* key_codes, uint8_t* value_codes, float* key_scales, float* value_scales,
+                     const Element* k, const Element* v, const int* slots, int tokens, int64_t rows, int kv_heads,
+                     int head_dim) {
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= static_cast<int64_t>(tokens) * kv_heads) return;
+  const int64_t t = item / kv_heads, head = item % kv_heads, slot = slots[t];
+  if (slot < 0 || slot >= rows) return;
+  const int64_t from = item * head_dim, to = (slot * kv_heads + head) * head_dim;
+  store_coded_head(key_codes + to, key_scales + slot * kv_heads + head, k + from, head_dim, lane);
+  store_coded_head(value_codes + to, value_scales + slot * kv_heads + head, v + from, head_dim, lane);
+}
+
 // ---------------------------------------------------------------------------------------
 // Scalar path: one warp per (token, head), lanes holding head dims lane, lane+32, ...,
 // online softmax over the keys in order. No split: this path serves F32 (tests, CPU
@@ -121,10 +168,10 @@ __global__ void store_rows(Unit* key_cache, Unit* value_cache, const Unit* k, co
 
 constexpr int kLaneDims = kScalarMaxHeadDim / 32;
 
-template <class Element>
+template <class Element, class Cache>
 __global__ void __launch_bounds__(kThreads)
-    attend_rows(Element* out, const Element* q, const Element* key_cache, const Element* value_cache,
-                const int* cu_queries, const int* context_lens, const int* block_tables, Geometry geo) {
+    attend_rows(Element* out, const Element* q, CacheView<Cache> cache, const int* cu_queries,
+                const int* context_lens, const int* block_tables, Geometry geo) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= static_cast<int64_t>(geo.tokens) * geo.heads) return;
@@ -147,17 +194,20 @@ __global__ void __launch_bounds__(kThreads)
     if (block < 0 || block >= geo.cache_blocks) continue;
     const int64_t offset =
         (static_cast<int64_t>(block) * geo.block_size + j % geo.block_size) * kv_stride + kv_head * D;
+    const float key_scale = cache.key_scales ? cache.key_scales[offset / D] : 1.f;
+    const float value_scale = cache.value_scales ? cache.value_scales[offset / D] : 1.f;
     float dot = 0;
 #pragma unroll
     for (int i = 0; i < kLaneDims; ++i)
-      if (lane + 32 * i < D) dot += qi[i] * to_float(key_cache[offset + lane + 32 * i]);
+      if (lane + 32 * i < D) dot += qi[i] * (to_float(cache.keys[offset + lane + 32 * i]) * key_scale);
     const float score = warp_sum(dot) * geo.scale;
     const float new_max = fmaxf(max, score);
     const float correction = expf(max - new_max), p = expf(score - new_max);
     sum = sum * correction + p;
 #pragma unroll
     for (int i = 0; i < kLaneDims; ++i)
-      acc[i] = acc[i] * correction + (lane + 32 * i < D ? p * to_float(value_cache[offset + lane + 32 * i]) : 0.f);
+      acc[i] = acc[i] * correction +
+               (lane + 32 * i < D ? p * (to_float(cache.values[offset + lane + 32 * i]) * value_scale) : 0.f);
     max = new_max;
   }
   const float inverse = sum > 0 ? 1.f / sum : 0.f;
@@ -242,11 +292,14 @@ struct TileShared {
   static_assert((kWarps * 16 * state_stride + 2 * kWarps * 16) * 4 <= 4 * chunk_elements * 2);
 };
 
-template <int D, int RowTiles>
+// An F8_E4M3 cache (Coded) reaches shared memory as BF16 through registers: a thread
+// loads its 16-code pieces of the next chunk before the current chunk's products and
+// writes them, times their scales, after.
+template <int D, int RowTiles, bool Coded>
 __global__ void __launch_bounds__(kThreads)
-    attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
-                 const bf16* value_cache, const int* cu_queries, const int* context_lens, const int* block_tables,
-                 Geometry geo) {
+    attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
+                 CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
+                 const int* context_lens, const int* block_tables, Geometry geo) {
   using Shared = TileShared<D, RowTiles>;
   extern __shared__ __align__(16) unsigned char shared[];
   Tile tile;
@@ -274,24 +327,65 @@ __global__ void __launch_bounds__(kThreads)
   bf16* k_chunks = q_tile + Shared::q_elements;
   bf16* v_chunks = k_chunks + 2 * Shared::chunk_elements;
   const int* table = block_tables + static_cast<int64_t>(tile.sequence) * geo.max_blocks;
-  // Keys [key_begin + n·kChunk, +kChunk) into stage `stage`; keys past key_end and
-  // blocks outside the cache are zeroed.
+  // Element offset of column `col` of key `key` in the cache, or -1 for a key past key_end
+  // or a block outside the cache (which read as zeros).
+  const auto locate = [&](int key, int col) -> int64_t {
+    const int block = key < key_end ? table[key / geo.block_size] : -1;
+    if (block < 0 || block >= geo.cache_blocks) return -1;
+    return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D + col;
+  };
+  // Keys [key_begin + n·kChunk, +kChunk) into stage `stage`.
   const auto load_chunk = [&](int n, int stage) {
     constexpr int per_row = D / 8;
-    const int key0 = key_begin + n * kChunk;
 #pragma unroll
     for (int i = 0; i < kChunk * per_row / kThreads; ++i) {
-      const int c = threadIdx.x + i * kThreads, r = c / per_row, col = (c % per_row) * 8, key = key0 + r;
-      const int block = key < key_end ? table[key / geo.block_size] : -1;
-      const bool inside = block >= 0 && block < geo.cache_blocks;
-      const int64_t offset =
-          inside ? (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D + col
-                 : 0;
+      const int c = threadIdx.x + i * kThreads, r = c / per_row, col = (c % per_row) * 8;
+      const int64_t offset = locate(key_begin + n * kChunk + r, col);
       const int at = stage * Shared::chunk_elements + r * Shared::stride + col;
-      copy_async_16(k_chunks + at, key_cache + offset, inside);
-      copy_async_16(v_chunks + at, value_cache + offset, inside);
+      copy_async_16(k_chunks + at, cache.keys + max(offset, int64_t{0}), offset >= 0);
+      copy_async_16(v_chunks + at, cache.values + max(offset, int64_t{0}), offset >= 0);
     }
     copy_async_commit();
+  };
+  // The coded chunk's pieces of this thread (16 codes each, zero where a key is missing).
+  constexpr int kPieces = Coded ? (kChunk * D / 16 + kThreads - 1) / kThreads : 1;  // 1: unused
+  uint4 key_codes[kPieces], value_codes[kPieces];
+  float key_scale[kPieces], value_scale[kPieces];
+  const auto load_codes = [&](int n) {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int c = threadIdx.x + i * kThreads, r = c / (D / 16);
+      const int64_t offset = c < kChunk * D / 16 ? locate(key_begin + n * kChunk + r, c % (D / 16) * 16) : -1;
+      key_codes[i] = value_codes[i] = make_uint4(0, 0, 0, 0);
+      key_scale[i] = value_scale[i] = 0.f;
+      if (offset >= 0) {
+        key_codes[i] = __ldg(reinterpret_cast<const uint4*>(cache.keys + offset));
+        value_codes[i] = __ldg(reinterpret_cast<const uint4*>(cache.values + offset));
+        key_scale[i] = __ldg(cache.key_scales + offset / D);
+        value_scale[i] = __ldg(cache.value_scales + offset / D);
+      }
+    }
+  };
+  const auto write_codes = [&](int stage) {
+    const auto put = [](bf16* to, const uint4& codes, float scale) {
+      float x[16];
+      unpack_e4m3x16(codes, x);
+      uint4 low, high;
+      low.x = pack_bf16(x[0] * scale, x[1] * scale), low.y = pack_bf16(x[2] * scale, x[3] * scale);
+      low.z = pack_bf16(x[4] * scale, x[5] * scale), low.w = pack_bf16(x[6] * scale, x[7] * scale);
+      high.x = pack_bf16(x[8] * scale, x[9] * scale), high.y = pack_bf16(x[10] * scale, x[11] * scale);
+      high.z = pack_bf16(x[12] * scale, x[13] * scale), high.w = pack_bf16(x[14] * scale, x[15] * scale);
+      reinterpret_cast<uint4*>(to)[0] = low;
+      reinterpret_cast<uint4*>(to)[1] = high;
+    };
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int c = threadIdx.x + i * kThreads, r = c / (D / 16), col = c % (D / 16) * 16;
+      if (c >= kChunk * D / 16) continue;
+      const int at = stage * Shared::chunk_elements + r * Shared::stride + col;
+      put(k_chunks + at, key_codes[i], key_scale[i]);
+      put(v_chunks + at, value_codes[i], value_scale[i]);
+    }
   };
 
   float o[D / 8][4] = {};
@@ -312,12 +406,21 @@ __global__ void __launch_bounds__(kThreads)
       copy_async_16(q_tile + r * Shared::stride + col,
                     inside ? q + token * q_stride + (head0 + r % slice_heads) * D + col : q, inside);
     }
-    load_chunk(0, 0);  // one group with Q
+    if constexpr (Coded) {
+      copy_async_commit();
+      load_codes(0);
+      write_codes(0);
+    } else {
+      load_chunk(0, 0);  // one group with Q
+    }
   }
   unsigned q_frag[D / 16][4];
   for (int n = 0; n < chunks; ++n) {
     const int stage = n & 1;
-    if (n + 1 < chunks) {
+    if constexpr (Coded) {
+      if (n + 1 < chunks) load_codes(n + 1);
+      copy_async_wait<0>();  // Q
+    } else if (n + 1 < chunks) {
       load_chunk(n + 1, stage ^ 1);
       copy_async_wait<1>();
     } else {
@@ -387,6 +490,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // the next iteration's prefetch, or the states below, overwrite this stage
+    if (Coded && n + 1 < chunks) write_codes(stage ^ 1);
   }
 
   float* state = reinterpret_cast<float*>(k_chunks);
@@ -443,19 +547,23 @@ __global__ void __launch_bounds__(kThreads)
 // Bytes in flight: a warp has up to 3 stages of 4 KB out, kDecodeBlocksPerSm blocks of
 // kWarps warps make 192 KB per multiprocessor, well above the ~40 KB that keep HBM busy
 // (4.8 TB/s × ~1 us / 132), so that blocks starting up or finishing leave enough behind.
+// An F8_E4M3 cache (Coded) puts 16 dims in a lane's piece, so a stage holds twice the
+// keys, and their scales after the pieces (cp.async by the lanes that look the keys up).
 
 constexpr int kDecodeStages = 3;
 constexpr int kDecodeKeysPerLane = 4;  // per stage
-constexpr int kDecodeStageBytes = kDecodeKeysPerLane * 32 * 16 * 2;  // K and V pieces
-constexpr int kDecodeSharedBytes = kWarps * kDecodeStages * kDecodeStageBytes;
-constexpr int kDecodeBlocksPerSm = 4;  // 4 × 48 KB of shared memory, 128 registers a thread
+constexpr int kDecodeBlocksPerSm = 4;  // 4 × 48 KB (+ 1.5 KB coded) of shared memory, 128 registers a thread
 
-template <int D>
+template <int D, bool Coded>
 struct DecodeLayout {
-  static constexpr int lanes_per_key = D / 8;
+  static constexpr int dims_per_lane = Coded ? 16 : 8;  // a 16-byte piece
+  static constexpr int lanes_per_key = D / dims_per_lane;
   static constexpr int key_slots = 32 / lanes_per_key;
   static constexpr int stage_keys = kDecodeKeysPerLane * key_slots;  // per warp
-  static_assert(kDecodeKeysPerLane * 32 * 16 == stage_keys * D * 2, "a stage's K half is its lanes' pieces");
+  static constexpr int pieces_bytes = kDecodeKeysPerLane * 32 * 16;   // of K, and of V
+  static constexpr int stage_bytes = 2 * pieces_bytes + (Coded ? 2 * stage_keys * 4 : 0);
+  static constexpr int shared_bytes = kWarps * kDecodeStages * stage_bytes;
+  static_assert(pieces_bytes == stage_keys * D * (Coded ? 1 : 2), "a stage's K half is its lanes' pieces");
   static_assert(stage_keys <= 32, "one lane looks up each key of a stage");
 };
 
@@ -483,12 +591,20 @@ __device__ inline void merge_state(float& max, float& sum, float (&acc)[N], floa
   max = best;
 }
 
-template <int D, int G>
+// A lane's 16-byte piece of a key or value as FP32 (codes not yet times their scale).
+template <bool Coded>
+__device__ inline void unpack_piece(const uint4& raw, float (&x)[Coded ? 16 : 8]) {
+  if constexpr (Coded) unpack_e4m3x16(raw, x);
+  else unpack_bf16x8(raw, x);
+}
+
+template <int D, int G, bool Coded>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
-    attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q, const bf16* key_cache,
-                  const bf16* value_cache, const int* cu_queries, const int* context_lens, const int* block_tables,
-                  Geometry geo) {
-  using Layout = DecodeLayout<D>;
+    attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
+                  CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
+                  const int* context_lens, const int* block_tables, Geometry geo) {
+  using Layout = DecodeLayout<D, Coded>;
+  constexpr int P = Layout::dims_per_lane;
   extern __shared__ __align__(16) unsigned char shared[];
   const int kv_head = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
   const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
@@ -500,23 +616,27 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   const int stages = key_end > key_begin ? (key_end - key_begin + Layout::stage_keys - 1) / Layout::stage_keys : 0;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int piece = lane % Layout::lanes_per_key;  // dims [8·piece, 8·piece + 8) of every key
+  const int piece = lane % Layout::lanes_per_key;  // dims [P·piece, P·piece + P) of every key
   const int slot = lane / Layout::lanes_per_key;   // keys slot + key_slots·i of every stage
   const int mine = stages > warp ? (stages - warp + kWarps - 1) / kWarps : 0;  // stages warp + kWarps·n
   const int64_t token = seq.start, q_stride = static_cast<int64_t>(geo.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const int head0 = kv_head * G;
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
-  unsigned char* ring = shared + warp * kDecodeStages * kDecodeStageBytes;
+  unsigned char* ring = shared + warp * kDecodeStages * Layout::stage_bytes;
 
   // The queries' dims of this lane, scaled so that scores come out in log2 units.
-  float query[G][8];
+  float query[G][P];
   const float scale_log2 = geo.scale * kLog2e;
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + 8 * piece), query[g]);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) query[g][e] *= scale_log2;
+    for (int half = 0; half < P / 8; ++half) {
+      float x[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + P * piece + 8 * half), x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) query[g][8 * half + e] = x[e] * scale_log2;
+    }
   }
 
   // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
@@ -528,21 +648,26 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     if (block < 0 || block >= geo.cache_blocks) return -1;
     return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D;
   };
-  const auto stage_keys_at = [&](int n) {
-    return reinterpret_cast<bf16*>(ring + n % kDecodeStages * kDecodeStageBytes);
-  };
+  // Stage n's slot in the ring: K pieces, V pieces, then (coded) the keys' K and V scales.
+  const auto stage_at = [&](int n) { return ring + n % kDecodeStages * Layout::stage_bytes; };
+  const auto scales_at = [&](int n) { return reinterpret_cast<float*>(stage_at(n) + 2 * Layout::pieces_bytes); };
   // One commit group per call, empty past the warp's stages, so that the wait counts hold.
   const auto fetch = [&](int n, int64_t where) {
     if (n < mine) {
-      bf16* keys = stage_keys_at(n);
-      bf16* values = keys + Layout::stage_keys * D;
+      unsigned char* keys = stage_at(n);
+      unsigned char* values = keys + Layout::pieces_bytes;
 #pragma unroll
       for (int i = 0; i < kDecodeKeysPerLane; ++i) {
         const int j = slot + Layout::key_slots * i;
         const int64_t offset = __shfl_sync(kFullMask, where, j);
-        const int64_t from = offset >= 0 ? offset + 8 * piece : 0;
-        copy_async_16(keys + j * D + 8 * piece, key_cache + from, offset >= 0);
-        copy_async_16(values + j * D + 8 * piece, value_cache + from, offset >= 0);
+        const int64_t from = offset >= 0 ? offset + P * piece : 0;
+        copy_async_16(keys + (j * Layout::lanes_per_key + piece) * 16, cache.keys + from, offset >= 0);
+        copy_async_16(values + (j * Layout::lanes_per_key + piece) * 16, cache.values + from, offset >= 0);
+      }
+      if (Coded && lane < Layout::stage_keys) {
+        float* scales = scales_at(n);
+        copy_async_4(scales + lane, cache.key_scales + max(where, int64_t{0}) / D, where >= 0);
+        copy_async_4(scales + Layout::stage_keys + lane, cache.value_scales + max(where, int64_t{0}) / D, where >= 0);
       }
     }
     copy_async_commit();
@@ -557,28 +682,29 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
   int64_t next = where[kDecodeStages - 1];
 
-  float row_max[G], row_sum[G], acc[G][8] = {};
+  float row_max[G], row_sum[G], acc[G][P] = {};
 #pragma unroll
   for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
   for (int n = 0; n < mine; ++n) {
     fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
     next = locate(n + kDecodeStages);
     copy_async_wait<kDecodeStages - 1>();
-    const bf16* keys = stage_keys_at(n);
-    const bf16* values = keys + Layout::stage_keys * D;
+    const unsigned char* keys = stage_at(n);
+    const unsigned char* values = keys + Layout::pieces_bytes;
+    const float* scales = scales_at(n);
     const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
 
     float score[kDecodeKeysPerLane][G];
 #pragma unroll
     for (int i = 0; i < kDecodeKeysPerLane; ++i) {
       const int j = slot + Layout::key_slots * i;
-      float k[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(keys + j * D + 8 * piece), k);
+      float k[P];
+      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(keys + (j * Layout::lanes_per_key + piece) * 16), k);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float dot = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dot = fmaf(query[g][e], k[e], dot);
+        for (int e = 0; e < P; ++e) dot = fmaf(query[g][e], k[e], dot);
         score[i][g] = dot;
       }
     }
@@ -588,6 +714,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
       for (int i = 0; i < kDecodeKeysPerLane; ++i)
 #pragma unroll
         for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+    if constexpr (Coded) {
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) score[i][g] *= scales[slot + Layout::key_slots * i];
+    }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float stage_max = -INFINITY;
@@ -608,16 +740,20 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
       }
       row_sum[g] = row_sum[g] * correction + sum;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= correction;
+      for (int e = 0; e < P; ++e) acc[g][e] *= correction;
     }
 #pragma unroll
     for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-      float v[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(values + (slot + Layout::key_slots * i) * D + 8 * piece), v);
+      const int j = slot + Layout::key_slots * i;
+      float v[P];
+      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(values + (j * Layout::lanes_per_key + piece) * 16), v);
+      const float value_scale = Coded ? scales[Layout::stage_keys + j] : 1.f;
 #pragma unroll
-      for (int g = 0; g < G; ++g)
+      for (int g = 0; g < G; ++g) {
+        const float weight = score[i][g] * value_scale;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(score[i][g], v[e], acc[g][e]);
+        for (int e = 0; e < P; ++e) acc[g][e] = fmaf(weight, v[e], acc[g][e]);
+      }
     }
   }
 
@@ -626,9 +762,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      float other[8];
+      float other[P];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
+      for (int e = 0; e < P; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
       merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
                   __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
     }
@@ -639,9 +775,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   if (slot == 0) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      float4* to = reinterpret_cast<float4*>(state + g * D + 8 * piece);
-      to[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-      to[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+      float4* to = reinterpret_cast<float4*>(state + g * D + P * piece);
+#pragma unroll
+      for (int e = 0; e < P; e += 4) to[e / 4] = make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
       if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
     }
   }
@@ -651,7 +787,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
     const int g = e / D, d = e % D;
     float max = -INFINITY, sum = 0.f, value[1] = {0.f};
     for (int w = 0; w < kWarps; ++w) {
-      const float* other = reinterpret_cast<const float*>(shared + w * kDecodeStages * kDecodeStageBytes);
+      const float* other = reinterpret_cast<const float*>(shared + w * kDecodeStages * Layout::stage_bytes);
       const float other_value[1] = {other[g * D + d]};
       merge_state(max, sum, value, other[G * D + g], other[G * D + G + g], other_value);
     }
@@ -757,9 +893,10 @@ TilePlan plan_tiles(int64_t tokens, int64_t sequences, int heads, int kv_heads, 
   return plan;
 }
 
-// Decode steps (T == B) on the decode kernel: group sizes and head sizes it has registers for.
-bool decode_kernel_fits(int group, int head_dim) {
-  return (group == 1 || group == 2 || group == 4) && (head_dim == 64 || head_dim == 128);
+// Decode steps (T == B) on the decode kernel: group sizes and head sizes it has registers
+// for (coded pieces hold twice the dims).
+bool decode_kernel_fits(int group, int head_dim, bool coded) {
+  return (group == 1 || group == 2 || (group == 4 && !coded)) && (head_dim == 64 || head_dim == 128);
 }
 
 // Calls launch(std::integral_constant<int, G>) for the decode kernel's group sizes.
@@ -799,14 +936,17 @@ void allow_shared(Kernel kernel, int bytes, const char* what) {
                              std::to_string(bytes) + " bytes of shared memory: " + cudaGetErrorString(status));
 }
 
-template <int D, int RowTiles>
+template <int D>
 void allow_tile_shared() {
-  allow_shared(attend_tiles<D, RowTiles>, TileShared<D, RowTiles>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4>::bytes, "attend");
 }
 
-template <int D, int G>
+template <int D, int G, bool Coded>
 void allow_decode_shared() {
-  allow_shared(attend_decode<D, G>, kDecodeSharedBytes, "decode");
+  allow_shared(attend_decode<D, G, Coded>, DecodeLayout<D, Coded>::shared_bytes, "decode");
 }
 
 template <class Element>
@@ -821,17 +961,34 @@ Element* mutable_data(const Tensor& t) {
 
 bool aligned_16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
 
+// The cache's tensors: keys and values of the working dtype, or F8_E4M3 with scales;
+// returns whether they are coded.
+bool check_cache(const char* op, const CacheLayer& cache, DType working, int64_t width, int64_t kv_heads) {
+  check_op_arg(cache.keys, op, "keys", Device::CUDA, {working, DType::F8_E4M3}, {kAnyExtent, width});
+  const int64_t rows = cache.keys.shape[0];
+  check_op_arg(cache.values, op, "values", Device::CUDA, {cache.keys.dtype}, {rows, width});
+  if (cache.keys.dtype != DType::F8_E4M3) return false;
+  check_op_arg(cache.key_scales, op, "key_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
+  check_op_arg(cache.value_scales, op, "value_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
+  return true;
+}
+
+template <class Cache>
+CacheView<Cache> cache_view(const CacheLayer& cache) {
+  return {data<Cache>(cache.keys), data<Cache>(cache.values), data<float>(cache.key_scales),
+          data<float>(cache.value_scales)};
+}
+
 }  // namespace
 
 void paged_attention_setup() {
   static std::once_flag once;
   std::call_once(once, [] {
-    allow_tile_shared<16, 1>(), allow_tile_shared<16, 4>();
-    allow_tile_shared<32, 1>(), allow_tile_shared<32, 4>();
-    allow_tile_shared<64, 1>(), allow_tile_shared<64, 4>();
-    allow_tile_shared<128, 1>(), allow_tile_shared<128, 4>();
-    allow_decode_shared<64, 1>(), allow_decode_shared<64, 2>(), allow_decode_shared<64, 4>();
-    allow_decode_shared<128, 1>(), allow_decode_shared<128, 2>(), allow_decode_shared<128, 4>();
+    allow_tile_shared<16>(), allow_tile_shared<32>(), allow_tile_shared<64>(), allow_tile_shared<128>();
+    allow_decode_shared<64, 1, false>(), allow_decode_shared<64, 2, false>(), allow_decode_shared<64, 4, false>();
+    allow_decode_shared<128, 1, false>(), allow_decode_shared<128, 2, false>(), allow_decode_shared<128, 4, false>();
+    allow_decode_shared<64, 1, true>(), allow_decode_shared<64, 2, true>();
+    allow_decode_shared<128, 1, true>(), allow_decode_shared<128, 2, true>();
   });
 }
 
@@ -856,27 +1013,49 @@ size_t paged_workspace_floats(int64_t max_tokens, int64_t max_sequences, int hea
   return static_cast<size_t>(most) * (head_dim + 1);
 }
 
-void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-                 const Tensor& slots, cudaStream_t stream) {
+void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots, cudaStream_t stream) {
   const char* op = "cuda::paged_store";
-  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
-  const int64_t rows = key_cache.shape[0], width = key_cache.shape[1];
-  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {key_cache.dtype}, {rows, width});
-  check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {kAnyExtent});
-  const int64_t T = slots.shape[0];
-  check_op_arg(k, op, "k", Device::CUDA, {key_cache.dtype}, {T, width});
-  check_op_arg(v, op, "v", Device::CUDA, {key_cache.dtype}, {T, width});
+  check_op_arg(cache.keys, op, "keys", Device::CUDA, {DType::BF16, DType::F32, DType::F8_E4M3}, {kAnyExtent, kAnyExtent});
+  const int64_t width = cache.keys.shape[1];
+  if (cache.keys.dtype == DType::F8_E4M3)
+    check_op_arg(k, op, "k", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, width});
+  else
+    check_op_arg(k, op, "k", Device::CUDA, {cache.keys.dtype}, {kAnyExtent, width});
+  const int64_t T = k.shape[0];
+  check_op_arg(v, op, "v", Device::CUDA, {k.dtype}, {T, width});
+  check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {T});
+  // A coded cache's scales name its heads; other rows are copied whole.
+  const Tensor& scales = cache.key_scales;
+  const int64_t kv_heads = scales.data && scales.shape.size() == 2 ? scales.shape[1] : 1;
+  if (kv_heads < 1 || width % kv_heads != 0)
+    fail(op, k.describe() + " does not split into the " + std::to_string(kv_heads) + " heads of " + scales.describe());
+  const bool coded = check_cache(op, cache, k.dtype, width, kv_heads);
   if (T > INT_MAX) fail(op, "more than INT_MAX tokens in " + slots.describe());
-  const int64_t row_bytes = width * static_cast<int64_t>(dtype_size(key_cache.dtype));
+  if (T == 0) return;
+  const int64_t rows = cache.keys.shape[0];
+  if (coded) {
+    const auto launch = [&](auto element) {
+      using Element = decltype(element);
+      const int64_t threads = T * kv_heads * 32;
+      store_coded_rows<Element><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          mutable_data<uint8_t>(cache.keys), mutable_data<uint8_t>(cache.values), mutable_data<float>(cache.key_scales),
+          mutable_data<float>(cache.value_scales), data<Element>(k), data<Element>(v), data<int>(slots),
+          static_cast<int>(T), rows, static_cast<int>(kv_heads), static_cast<int>(width / kv_heads));
+    };
+    if (k.dtype == DType::BF16) launch(bf16{});
+    else launch(float{});
+    return check_launch(op);
+  }
+  const int64_t row_bytes = width * static_cast<int64_t>(dtype_size(k.dtype));
   const auto launch = [&](auto unit) {
     using Unit = decltype(unit);
     const int units = static_cast<int>(row_bytes / sizeof(Unit));
     const int64_t threads = T * units;
     store_rows<Unit><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        mutable_data<Unit>(key_cache), mutable_data<Unit>(value_cache), data<Unit>(k), data<Unit>(v),
+        mutable_data<Unit>(cache.keys), mutable_data<Unit>(cache.values), data<Unit>(k), data<Unit>(v),
         data<int>(slots), static_cast<int>(T), rows, units);
   };
-  const bool wide = row_bytes % 16 == 0 && aligned_16(key_cache) && aligned_16(value_cache) && aligned_16(k) &&
+  const bool wide = row_bytes % 16 == 0 && aligned_16(cache.keys) && aligned_16(cache.values) && aligned_16(k) &&
                     aligned_16(v);
   if (wide) launch(uint4{});
   else if (row_bytes % 4 == 0) launch(unsigned{});
@@ -884,8 +1063,8 @@ void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tenso
   check_launch(op);
 }
 
-void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-                  const PagedBatch& batch, int heads, int kv_heads, const Tensor& workspace, cudaStream_t stream) {
+void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
+                  int kv_heads, const Tensor& workspace, cudaStream_t stream) {
   const char* op = "cuda::paged_attend";
   check_op_arg(q, op, "q", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t T = q.shape[0];
@@ -896,9 +1075,8 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
                  std::to_string(kScalarMaxHeadDim) + ")");
   const int64_t D = q.shape[1] / heads;
   check_op_arg(out, op, "out", Device::CUDA, {q.dtype}, {T, heads * D});
-  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {q.dtype}, {kAnyExtent, kv_heads * D});
-  const int64_t rows = key_cache.shape[0];
-  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {q.dtype}, {rows, kv_heads * D});
+  const bool coded = check_cache(op, cache, q.dtype, kv_heads * D, kv_heads);
+  const int64_t rows = cache.keys.shape[0];
   check_op_arg(batch.cu_queries, op, "cu_queries", Device::CUDA, {DType::I32}, {kAnyExtent});
   const int64_t B = batch.cu_queries.shape[0] - 1;
   if (B < 1 || B > T)
@@ -927,17 +1105,17 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   const int* tables = data<int>(batch.block_tables);
 
   const bool tiled = q.dtype == DType::BF16 && tensor_core_head_dim(geo.head_dim) && aligned_16(q) &&
-                     aligned_16(out) && aligned_16(key_cache) && aligned_16(value_cache);
+                     aligned_16(out) && aligned_16(cache.keys) && aligned_16(cache.values);
   if (!tiled) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
-    const auto launch = [&](auto element) {
+    const auto launch = [&](auto element, auto stored) {
       using Element = decltype(element);
-      attend_rows<Element><<<blocks, kThreads, 0, stream>>>(mutable_data<Element>(out), data<Element>(q),
-                                                            data<Element>(key_cache), data<Element>(value_cache), cu,
-                                                            context, tables, geo);
+      using Cache = decltype(stored);
+      attend_rows<Element, Cache><<<blocks, kThreads, 0, stream>>>(
+          mutable_data<Element>(out), data<Element>(q), cache_view<Cache>(cache), cu, context, tables, geo);
     };
-    if (q.dtype == DType::BF16) launch(bf16{});
-    else launch(float{});
+    if (q.dtype == DType::BF16) coded ? launch(bf16{}, uint8_t{}) : launch(bf16{}, bf16{});
+    else coded ? launch(float{}, uint8_t{}) : launch(float{}, float{});
     return check_launch(op);
   }
 
@@ -946,7 +1124,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   const int64_t max_context = max_blocks * batch.block_size;
   const int sms = multiprocessors(), group = heads / kv_heads;
   // The decode grid's y dimension holds the sequences (at most 65,535).
-  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim);
+  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim, coded);
   const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_context, workspace_rows, sms);
   geo.slice_heads = plan.slice_heads;
   geo.slices = plan.slices;
@@ -954,29 +1132,39 @@ void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, c
   geo.splits = decode ? plan_decode_splits(B, heads, kv_heads, max_context, workspace_rows, sms) : plan.splits;
   float* partial_out = mutable_data<float>(workspace);
   float* partial_lse = partial_out + static_cast<int64_t>(geo.splits) * T * heads * D;
-  const auto launch = [&](auto kernel, dim3 grid, int bytes) {
+  const auto launch = [&](auto coded_tag, auto kernel, dim3 grid, int bytes) {
+    using Cache = std::conditional_t<decltype(coded_tag)::value, uint8_t, bf16>;
     kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
-                                              data<bf16>(key_cache), data<bf16>(value_cache), cu, context, tables, geo);
+                                              cache_view<Cache>(cache), cu, context, tables, geo);
   };
-  if (decode) {
-    // A sequence's kv heads side by side: together they read whole cache rows (every
-    // head's 2 x head_dim bytes of a token), where blocks of one head over many sequences
-    // read 1/kv_heads of each row and leave the rest to a later wave.
-    const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
-    with_group(group, [&](auto g) {
-      constexpr int G = decltype(g)::value;
-      if (geo.head_dim == 64) launch(attend_decode<64, G>, grid, kDecodeSharedBytes);
-      else launch(attend_decode<128, G>, grid, kDecodeSharedBytes);
-    });
-  } else {
-    const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),
-                    static_cast<unsigned>(plan.splits));
-    with_head_dim(geo.head_dim, [&](auto dim) {
-      constexpr int Dim = decltype(dim)::value;
-      if (plan.row_tiles == 1) launch(attend_tiles<Dim, 1>, grid, TileShared<Dim, 1>::bytes);
-      else launch(attend_tiles<Dim, 4>, grid, TileShared<Dim, 4>::bytes);
-    });
-  }
+  const auto with_coded = [&](auto&& f) { coded ? f(std::true_type{}) : f(std::false_type{}); };
+  with_coded([&](auto coded_tag) {
+    constexpr bool Coded = decltype(coded_tag)::value;
+    if (decode) {
+      // A sequence's kv heads side by side: together they read whole cache rows (every
+      // head's 2 x head_dim bytes of a token), where blocks of one head over many sequences
+      // read 1/kv_heads of each row and leave the rest to a later wave.
+      const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
+      with_group(group, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        if constexpr (Coded && G == 4) {
+          throw std::logic_error("kernels/paged_attention.cu: no coded decode kernel for groups of 4");
+        } else if (geo.head_dim == 64) {
+          launch(coded_tag, attend_decode<64, G, Coded>, grid, DecodeLayout<64, Coded>::shared_bytes);
+        } else {
+          launch(coded_tag, attend_decode<128, G, Coded>, grid, DecodeLayout<128, Coded>::shared_bytes);
+        }
+      });
+    } else {
+      const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(kv_heads * plan.slices),
+                      static_cast<unsigned>(plan.splits));
+      with_head_dim(geo.head_dim, [&](auto dim) {
+        constexpr int Dim = decltype(dim)::value;
+        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1>::bytes);
+        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4>::bytes);
+      });
+    }
+  });
   check_launch(op);
   if (geo.splits > 1) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);

@@ -2,9 +2,13 @@
 // (src/rollout/cuda_paged_attention.h). Semantics: src/rollout/paged_attention.h; CPU twin:
 // CpuPagedAttention, compared in tests/gpu_paged_attention.cpp; speed: tools/bench_paged_attention.
 //
-// Shapes: key_cache, value_cache [rows, kv_heads*head_dim]; k, v [T, kv_heads*head_dim];
-// q, out [T, heads*head_dim], all of one dtype, BF16 or F32; the batch tensors I32 on the
-// device; workspace F32 (split-K partials, see paged_workspace_floats).
+// Shapes: the cache layer's keys, values [rows, kv_heads*head_dim]; k, v [T,
+// kv_heads*head_dim]; q, out [T, heads*head_dim], all of one dtype, BF16 or F32, but for
+// a cache of F8_E4M3 codes with F32 scales [rows, kv_heads] (rollout/paged_attention.h);
+// the batch tensors I32 on the device; workspace F32 (split-K partials, see
+// paged_workspace_floats). Every path reads a coded cache, 16 codes at a time on the
+// decode and tensor-core paths (head_dim a multiple of 16; the decode kernel for GQA
+// groups of 1 or 2, whose queries and sums of 16 dims a lane fit its registers).
 //
 // Three paths for attend, chosen per call from dtypes, shapes and alignment:
 // - Decode steps (T == B: one query per sequence), BF16, head_dim 64 or 128, GQA groups
@@ -41,13 +45,13 @@
 
 namespace tandem::cuda {
 
-// key_cache[slots[t]] = k[t] and value_cache[slots[t]] = v[t].
-void paged_store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-                 const Tensor& slots, cudaStream_t stream);
+// keys[slots[t]] = k[t] and values[slots[t]] = v[t] (as codes and scales per head of a
+// coded cache).
+void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots, cudaStream_t stream);
 
 // out = causal GQA attention of q against the cached rows the batch names.
-void paged_attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-                  const PagedBatch& batch, int heads, int kv_heads, const Tensor& workspace, cudaStream_t stream);
+void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
+                  int kv_heads, const Tensor& workspace, cudaStream_t stream);
 
 // F32 elements of a workspace that gives every step of up to `max_tokens` new tokens in
 // up to `max_sequences` sequences on the current device its full split count. A smaller

@@ -4,6 +4,7 @@
 #include <string>
 #include <type_traits>
 
+#include "e4m3.cuh"
 #include "model/op_args.h"
 #include "pointwise.cuh"
 
@@ -32,7 +33,43 @@ struct HeadGroup {
   const T* weight = nullptr;  // the per-head norm, or null (rope alone; v is copied as it is)
   bool to_slots = false;
   float* rstd = nullptr;  // each head's 1/rms, at t * (the group's heads) + j, or null (not kept)
+  // An F8_E4M3 cache instead of `out`: codes at the same places, and each head's scale
+  // at r * (the group's heads) + j.
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
 };
+
+// A team's head as codes of one scale (kernels/e4m3.cuh), from the values the working
+// dtype T would have stored.
+template <class T, int N, int S, int L>
+__device__ inline void store_codes(uint8_t* codes, float* scale, float (&x1)[L][N], float (&x2)[L][N], int lane,
+                                   int packs, int half) {
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < L; ++i) {
+    if (lane + i * S >= packs) continue;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      x1[i][e] = to_float(from_float<T>(x1[i][e]));
+      x2[i][e] = to_float(from_float<T>(x2[i][e]));
+      amax = fmaxf(amax, fmaxf(fabsf(x1[i][e]), fabsf(x2[i][e])));
+    }
+  }
+#pragma unroll
+  for (int offset = S / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(group_mask<S>(), amax, offset));
+  const float inverse = e4m3_inverse_scale(amax);
+#pragma unroll
+  for (int i = 0; i < L; ++i) {
+    const int p = lane + i * S;
+    if (p >= packs) continue;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      codes[p * N + e] = to_e4m3(x1[i][e] * inverse);
+      codes[half + p * N + e] = to_e4m3(x2[i][e] * inverse);
+    }
+  }
+  if (lane == 0) *scale = e4m3_scale(amax);
+}
 
 // The rotation's angles depend on the token and the dim alone: a block computes them
 // once for its tokens into shared memory ([tokens][half] of (cos, sin), each token's in
@@ -75,7 +112,8 @@ __global__ void __launch_bounds__(kThreads)
     return HeadGroup<T>{pick(q.in, k.in, v.in),         pick(q.in_stride, k.in_stride, v.in_stride),
                         pick(q.out, k.out, v.out),      pick(q.out_stride, k.out_stride, v.out_stride),
                         pick(q.weight, k.weight, v.weight), pick(q.to_slots, k.to_slots, v.to_slots),
-                        pick(q.rstd, k.rstd, v.rstd)};
+                        pick(q.rstd, k.rstd, v.rstd),   pick(q.codes, k.codes, v.codes),
+                        pick(q.scales, k.scales, v.scales)};
   };
   // The whole team takes a row, so every lane of it reaches the norm's sum.
   for (int r = blockIdx.y * teams + threadIdx.x / S; r < block_tokens * heads_per_token; r += gridDim.y * teams) {
@@ -90,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
       if (out_row < 0 || out_row >= slot_rows) continue;
     }
     const T* in = g.in + t * g.in_stride + head * 2 * half;
-    T* out = g.out + out_row * g.out_stride + head * 2 * half;
+    const int64_t out_at = out_row * g.out_stride + head * 2 * half;  // in `out`, or in `codes`
+    const int group_heads = group == 0 ? heads : group == 1 ? kv_heads : v_heads;
     float x1[L][N], x2[L][N];
 #pragma unroll
     for (int i = 0; i < L; ++i) {
@@ -99,13 +138,17 @@ __global__ void __launch_bounds__(kThreads)
       load<N>(in + p * N, x1[i]);
       load<N>(in + half + p * N, x2[i]);
     }
+    if (group == 2 && g.codes) {
+      store_codes<T, N, S>(g.codes + out_at, g.scales + out_row * group_heads + head, x1, x2, lane, packs, half);
+      continue;
+    }
     if (group == 2) {  // values: stored as they are
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int p = lane + i * S;
         if (p >= packs) continue;
-        store<N>(out + p * N, x1[i]);
-        store<N>(out + half + p * N, x2[i]);
+        store<N>(g.out + out_at + p * N, x1[i]);
+        store<N>(g.out + out_at + half + p * N, x2[i]);
       }
       continue;
     }
@@ -138,16 +181,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
       if (p >= packs) continue;
-      float y1[N], y2[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float2 cs = token_angles[e * packs + p];
-        y1[e] = x1[i][e] * cs.x - x2[i][e] * cs.y;
-        y2[e] = x2[i][e] * cs.x + x1[i][e] * cs.y;
+        const float y1 = x1[i][e] * cs.x - x2[i][e] * cs.y, y2 = x2[i][e] * cs.x + x1[i][e] * cs.y;
+        x1[i][e] = y1, x2[i][e] = y2;
       }
-      store<N>(out + p * N, y1);
-      store<N>(out + half + p * N, y2);
+      if (g.codes) continue;
+      store<N>(g.out + out_at + p * N, x1[i]);
+      store<N>(g.out + out_at + half + p * N, x2[i]);
     }
+    if (g.codes)
+      store_codes<T, N, S>(g.codes + out_at, g.scales + out_row * group_heads + head, x1, x2, lane, packs, half);
   }
 }
 
@@ -250,16 +295,22 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
   });
 }
 
-void qkv_norm_rope_store(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
-                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                         const Tensor& slots, int heads, int kv_heads, float eps, cudaStream_t stream) {
+void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+                         const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                         int heads, int kv_heads, float eps, cudaStream_t stream) {
   constexpr const char* op = "cuda::qkv_norm_rope_store";
   check_op_arg(q_out, op, "q_out", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t T = q_out.shape[0], D = checked_head_dim(op, q_out, q_out.shape[1], heads, kv_heads);
   const int64_t QD = heads * D, KD = kv_heads * D;
   check_op_arg(qkv, op, "qkv", Device::CUDA, {q_out.dtype}, {T, QD + 2 * KD});
-  check_op_arg(key_cache, op, "key_cache", Device::CUDA, {q_out.dtype}, {kAnyExtent, KD});
-  check_op_arg(value_cache, op, "value_cache", Device::CUDA, {q_out.dtype}, {key_cache.shape[0], KD});
+  check_op_arg(cache.keys, op, "keys", Device::CUDA, {q_out.dtype, DType::F8_E4M3}, {kAnyExtent, KD});
+  const int64_t rows = cache.keys.shape[0];
+  check_op_arg(cache.values, op, "values", Device::CUDA, {cache.keys.dtype}, {rows, KD});
+  const bool coded = cache.keys.dtype == DType::F8_E4M3;
+  if (coded) {
+    check_op_arg(cache.key_scales, op, "key_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
+    check_op_arg(cache.value_scales, op, "value_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
+  }
   check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {T});
   check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
   check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
@@ -268,12 +319,18 @@ void qkv_norm_rope_store(const Tensor& q_out, const Tensor& key_cache, const Ten
   dispatch_data(q_out.dtype, [&](auto tag) {
     using E = decltype(tag);
     const int64_t W = QD + 2 * KD;
-    const E* rows = qkv.ptr<E>();
-    const HeadGroup<E> qg{rows, W, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false};
-    const HeadGroup<E> kg{rows + QD, W, key_cache.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, true};
-    const HeadGroup<E> vg{rows + QD + KD, W, value_cache.ptr<E>(), KD, nullptr, true};
-    launch_heads<E>(qg, kg, vg, slots.ptr<int32_t>(), key_cache.shape[0], positions, inv_freq, T, heads, kv_heads,
-                    kv_heads, static_cast<int>(D / 2), eps, stream);
+    const E* qkv_rows = qkv.ptr<E>();
+    const HeadGroup<E> qg{qkv_rows, W, q_out.ptr<E>(), QD, norm ? q_norm.ptr<E>() : nullptr, false};
+    HeadGroup<E> kg{qkv_rows + QD, W, nullptr, KD, norm ? k_norm.ptr<E>() : nullptr, true};
+    HeadGroup<E> vg{qkv_rows + QD + KD, W, nullptr, KD, nullptr, true};
+    if (coded) {
+      kg.codes = cache.keys.ptr<uint8_t>(), kg.scales = cache.key_scales.ptr<float>();
+      vg.codes = cache.values.ptr<uint8_t>(), vg.scales = cache.value_scales.ptr<float>();
+    } else {
+      kg.out = cache.keys.ptr<E>(), vg.out = cache.values.ptr<E>();
+    }
+    launch_heads<E>(qg, kg, vg, slots.ptr<int32_t>(), rows, positions, inv_freq, T, heads, kv_heads, kv_heads,
+                    static_cast<int>(D / 2), eps, stream);
     check_launch(op);
   });
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "rollout/paged_attention.h"
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -29,11 +30,12 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
 // The engine's attention inputs straight from its fused q|k|v projection: qkv [T,
 // (heads + 2·kv_heads)·head_dim], each row a token's q heads, k heads, v heads. Writes
 // q_out [T, heads·head_dim] as qk_norm_rope_forward does, and each token's normalised,
-// rotated k and its v into row slots[t] of key_cache and value_cache ([rows,
-// kv_heads·head_dim]), as paged_store does (a slot outside the rows is skipped). One
-// kernel instead of a column split, qk_norm_rope_forward and paged_store.
-void qkv_norm_rope_store(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
-                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                         const Tensor& slots, int heads, int kv_heads, float eps, cudaStream_t stream);
+// rotated k and its v into row slots[t] of the cache layer's keys and values ([rows,
+// kv_heads·head_dim], the working dtype's or F8_E4M3 codes with their scales), as
+// paged_store does (a slot outside the rows is skipped). One kernel instead of a column
+// split, qk_norm_rope_forward and paged_store.
+void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+                         const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                         int heads, int kv_heads, float eps, cudaStream_t stream);
 
 }  // namespace tandem::cuda

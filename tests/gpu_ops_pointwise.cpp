@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -43,6 +44,7 @@
 #include "gpu_support.h"
 #include "swiglu.cuh"
 #include "tensor/bf16.h"
+#include "tensor/fp8.h"
 
 using namespace tandem;
 using tandem::testing::DeviceBuffer;
@@ -630,13 +632,79 @@ TEST_F(GpuPointwise, QkvNormRopeStoreMatchesCpuStoreQkv) {
         Operand keys(dtype, {rows, KV * D}, normal(rows * KV * D)), values(dtype, {rows, KV * D}, normal(rows * KV * D));
         const Tensor cpu_q_norm = norm ? q_norm.cpu() : Tensor{}, cpu_k_norm = norm ? k_norm.cpu() : Tensor{};
         const Tensor gpu_q_norm = norm ? q_norm.gpu() : Tensor{}, gpu_k_norm = norm ? k_norm.gpu() : Tensor{};
-        cpu_attention.store_qkv(q_out.cpu(), keys.cpu(), values.cpu(), qkv.cpu(), cpu_q_norm, cpu_k_norm,
+        cpu_attention.store_qkv(q_out.cpu(), {keys.cpu(), values.cpu()}, qkv.cpu(), cpu_q_norm, cpu_k_norm,
                                 positions.cpu(), freq.cpu(), slots.cpu(), H, KV, 1e-6f);
-        cuda::qkv_norm_rope_store(q_out.gpu(), keys.gpu(), values.gpu(), qkv.gpu(), gpu_q_norm, gpu_k_norm,
+        cuda::qkv_norm_rope_store(q_out.gpu(), {keys.gpu(), values.gpu()}, qkv.gpu(), gpu_q_norm, gpu_k_norm,
                                   positions.gpu(), freq.gpu(), slots.gpu(), H, KV, 1e-6f, nullptr);
         expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
         expect_close(keys.download(), keys.host(), data_tolerance(dtype), what + " key cache");
         expect_close(values.download(), values.host(), kExact, what + " value cache");
+      }
+    }
+  }
+}
+
+// The same into a cache of FP8 codes with a scale per (row, kv head), as an engine with
+// rollout.kv-cache-dtype = fp8 stores: the GPU codes the values it would have stored in
+// the dtype, the CPU its FP32 ones. The scales then agree within the dtype's error, and
+// the decoded values within it plus one code step (2^-3 of the element, where a rounding
+// point lies between the two) or the subnormal step (2^-9 of the scale).
+TEST_F(GpuPointwise, QkvNormRopeStoreIntoFp8CodesMatchesCpu) {
+  CpuPagedAttention cpu_attention;
+  for (DType dtype : kDataTypes) {
+    for (const auto& [T, H, KV, D] : kQkShapes) {
+      const std::string what = label("qkv_norm_rope_store into FP8 codes", dtype, {T, H, KV, D});
+      std::vector<int32_t> position_values(T), slot_values(T + 5);
+      for (int32_t& p : position_values) p = integer(0, 32767);
+      std::iota(slot_values.begin(), slot_values.end(), 0);
+      for (size_t r = slot_values.size() - 1; r > 0; --r) std::swap(slot_values[r], slot_values[integer(0, static_cast<int32_t>(r))]);
+      slot_values.resize(T);
+      const Ints positions(position_values), slots(slot_values);
+      const int64_t rows = T + 5, W = (H + 2 * KV) * D, KD = KV * D;
+      const Operand freq(DType::F32, {D / 2}, inv_freq(D));
+      const Operand qkv(dtype, {T, W}, normal(T * W, 0.0f, 2.0f));
+      const Operand q_norm(dtype, {D}, normal(D, 1.0f, 0.2f)), k_norm(dtype, {D}, normal(D, 1.0f, 0.2f));
+      Operand q_out(dtype, {T, H * D}, normal(T * H * D));
+      struct Coded {
+        std::vector<uint8_t> codes;
+        std::vector<float> scales;
+        DeviceBuffer codes_on_gpu, scales_on_gpu;
+      };
+      Coded keys{std::vector<uint8_t>(rows * KD), std::vector<float>(rows * KV), DeviceBuffer(rows * KD),
+                 DeviceBuffer(rows * KV * 4)};
+      Coded values{keys.codes, keys.scales, DeviceBuffer(rows * KD), DeviceBuffer(rows * KV * 4)};
+      const auto layer = [&](Device device) {
+        const auto view = [&](Coded& c, bool scales) {
+          void* at = device == Device::CPU ? (scales ? static_cast<void*>(c.scales.data()) : c.codes.data())
+                                           : (scales ? c.scales_on_gpu.data : c.codes_on_gpu.data);
+          return scales ? Tensor::view(at, DType::F32, device, {rows, KV})
+                        : Tensor::view(at, DType::F8_E4M3, device, {rows, KD});
+        };
+        return CacheLayer{view(keys, false), view(values, false), view(keys, true), view(values, true)};
+      };
+      cpu_attention.store_qkv(q_out.cpu(), layer(Device::CPU), qkv.cpu(), q_norm.cpu(), k_norm.cpu(),
+                              positions.cpu(), freq.cpu(), slots.cpu(), H, KV, 1e-6f);
+      cuda::qkv_norm_rope_store(q_out.gpu(), layer(Device::CUDA), qkv.gpu(), q_norm.gpu(), k_norm.gpu(),
+                                positions.gpu(), freq.gpu(), slots.gpu(), H, KV, 1e-6f, nullptr);
+      expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
+      const Tolerance tolerance = data_tolerance(dtype);
+      for (Coded* c : {&keys, &values}) {
+        std::vector<uint8_t> codes(c->codes.size());
+        std::vector<float> scales(c->scales.size());
+        check(cudaMemcpy(codes.data(), c->codes_on_gpu.data, codes.size(), cudaMemcpyDeviceToHost), "download");
+        check(cudaMemcpy(scales.data(), c->scales_on_gpu.data, scales.size() * 4, cudaMemcpyDeviceToHost), "download");
+        for (const int32_t row : slot_values)
+          for (int64_t h = 0; h < KV; ++h) {
+            const float want_scale = c->scales[row * KV + h], got_scale = scales[row * KV + h];
+            ASSERT_NEAR(got_scale, want_scale, tolerance.rtol * want_scale + 1e-30) << what << " row " << row;
+            for (int64_t d = 0; d < D; ++d) {
+              const int64_t i = row * KD + h * D + d;
+              const float want = e4m3_to_float(c->codes[i]) * want_scale, got = e4m3_to_float(codes[i]) * got_scale;
+              ASSERT_LE(std::abs(got - want), 0.125f * std::abs(want) + 0x1p-9f * want_scale +
+                                                   tolerance.rtol * 448 * want_scale)
+                  << what << (c == &keys ? " key" : " value") << " row " << row << " head " << h << " dim " << d;
+            }
+          }
       }
     }
   }
@@ -648,11 +716,11 @@ TEST_F(GpuPointwise, QkvNormRopeStoreRefusesBadArguments) {
   const Tensor positions = device_view(DType::I32, {3}), freq = device_view(DType::F32, {64});
   const char* op = "cuda::qkv_norm_rope_store";
   auto call = [&](const Tensor& rows, const Tensor& values, const Tensor& slots) {
-    cuda::qkv_norm_rope_store(q_out, cache, values, rows, weight, weight, positions, freq, slots, 16, 8, 1e-6f,
+    cuda::qkv_norm_rope_store(q_out, {cache, values}, rows, weight, weight, positions, freq, slots, 16, 8, 1e-6f,
                               nullptr);
   };
   expect_refused([&] { call(device_view(DType::BF16, {3, 31 * 128}), cache, positions); }, op, "'qkv'");
-  expect_refused([&] { call(qkv, device_view(DType::BF16, {7, 8 * 128}), positions); }, op, "'value_cache'");
+  expect_refused([&] { call(qkv, device_view(DType::BF16, {7, 8 * 128}), positions); }, op, "'values'");
   expect_refused([&] { call(qkv, cache, device_view(DType::I32, {2})); }, op, "'slots'");
 }
 

@@ -12,7 +12,8 @@
 // - BF16: |gpu - cpu| <= 2e-2·RMS(cpu) + 2^-8·|cpu|, as in tests/gpu_ops_attention.cpp:
 //   the second term is the BF16 store, the first the probabilities rounded to BF16 before
 //   P·V. A wrong row, mask or split weight gives errors of the order of the RMS itself.
-// store is a copy: the caches must match bit for bit.
+// store is a copy: the caches must match bit for bit. A cache of FP8 codes: see
+// GpuPagedAttentionFp8 below.
 #ifdef TANDEM_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -148,10 +149,10 @@ Problem make_problem(const Shape& shape, const std::vector<SequenceSpec>& specs,
   p.stored_values = p.value_cache;
   const Tensor keys = p.host(p.stored_keys, {p.rows, shape.kv_width()});
   const Tensor values = p.host(p.stored_values, {p.rows, shape.kv_width()});
-  cpu.store(keys, values, p.host(p.k, {p.tokens, shape.kv_width()}), p.host(p.v, {p.tokens, shape.kv_width()}),
+  cpu.store({keys, values}, p.host(p.k, {p.tokens, shape.kv_width()}), p.host(p.v, {p.tokens, shape.kv_width()}),
             p.host(p.slots, {p.tokens}));
   p.out.assign(p.tokens * shape.q_width(), 0.f);
-  cpu.attend(p.host(p.out, {p.tokens, shape.q_width()}), p.host(p.q, {p.tokens, shape.q_width()}), keys, values,
+  cpu.attend(p.host(p.out, {p.tokens, shape.q_width()}), p.host(p.q, {p.tokens, shape.q_width()}), {keys, values},
              p.host_batch(), shape.heads, shape.kv_heads);
   return p;
 }
@@ -236,8 +237,8 @@ struct DeviceStep {
   PagedBatch batch() const { return {slots, cu_queries, context_lens, block_tables, block_size}; }
 
   void run(PagedAttention& attention, int heads, int kv_heads) {
-    attention.store(key_cache, value_cache, k, v, slots);
-    attention.attend(out, q, key_cache, value_cache, batch(), heads, kv_heads);
+    attention.store({key_cache, value_cache}, k, v, slots);
+    attention.attend(out, q, {key_cache, value_cache}, batch(), heads, kv_heads);
   }
 };
 
@@ -255,7 +256,8 @@ double rms(const std::vector<float>& x) {
   return std::sqrt(sum / std::max<size_t>(x.size(), 1));
 }
 
-void expect_out_close(const std::vector<float>& got, const Problem& p, const std::string& what) {
+void expect_out_close(const std::vector<float>& got, const Problem& p, const std::string& what,
+                      double bf16_rms_share = 2e-2) {
   ASSERT_EQ(got.size(), p.out.size()) << what;
   const double scale = rms(p.out);
   int64_t worst = 0;
@@ -264,7 +266,7 @@ void expect_out_close(const std::vector<float>& got, const Problem& p, const std
     ASSERT_TRUE(std::isfinite(got[i])) << what << ": out element " << i << " = " << got[i];
     const double error = std::abs(static_cast<double>(got[i]) - p.out[i]);
     const double allowed = p.shape.dtype == DType::F32 ? 1e-5 + 1e-5 * std::abs(p.out[i])
-                                                       : 2e-2 * scale + std::ldexp(std::abs(p.out[i]), -8);
+                                                       : bf16_rms_share * scale + std::ldexp(std::abs(p.out[i]), -8);
     if (error - allowed > worst_excess) {
       worst_excess = error - allowed;
       worst = static_cast<int64_t>(i);
@@ -398,6 +400,123 @@ TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
     }
 }
 
+// A cache of FP8 codes (rollout.kv-cache-dtype = fp8) against CpuPagedAttention on the
+// same codes. The cache before the step is the problem's values coded by the CPU (its
+// NaN rows become NaN codes, as poisonous as before). store must write the CPU's codes
+// and scales byte for byte: the GPU rounds to E4M3 as tensor/fp8.h does. attend must give
+// the CPU's rows on the decoded cache within the tolerances above, BF16's first term
+// doubled (4e-2·RMS): the tensor-core path rounds the decoded keys and values to BF16
+// (2^-9 of each), which a BF16 cache's reference shares and this one's does not (seen:
+// up to 0.0055 past the BF16 bound on mixed steps). A wrong row or scale still errs by
+// the RMS itself.
+struct CodedCache {
+  int64_t rows, width;
+  int kv_heads;
+  std::vector<uint8_t> key_codes, value_codes;
+  std::vector<float> key_scales, value_scales;
+
+  CodedCache(int64_t rows, const Shape& shape)
+      : rows(rows), width(shape.kv_width()), kv_heads(shape.kv_heads), key_codes(rows * width),
+        value_codes(rows * width), key_scales(rows * kv_heads), value_scales(rows * kv_heads) {}
+
+  CacheLayer host() {
+    const auto codes = [&](std::vector<uint8_t>& x) {
+      return Tensor::view(x.data(), DType::F8_E4M3, Device::CPU, {rows, width});
+    };
+    const auto scales = [&](std::vector<float>& x) {
+      return Tensor::view(x.data(), DType::F32, Device::CPU, {rows, kv_heads});
+    };
+    return {codes(key_codes), codes(value_codes), scales(key_scales), scales(value_scales)};
+  }
+
+  CacheLayer upload(DeviceTensors& memory) const {
+    const CacheLayer layer{memory.make(DType::F8_E4M3, {rows, width}), memory.make(DType::F8_E4M3, {rows, width}),
+                           memory.make(DType::F32, {rows, kv_heads}), memory.make(DType::F32, {rows, kv_heads})};
+    copy_host_to_tensor(layer.keys, key_codes.data());
+    copy_host_to_tensor(layer.values, value_codes.data());
+    copy_host_to_tensor(layer.key_scales, key_scales.data());
+    copy_host_to_tensor(layer.value_scales, value_scales.data());
+    return layer;
+  }
+
+  void expect_same(const CacheLayer& gpu) const {
+    CodedCache got(*this);
+    copy_tensor_to_host(got.key_codes.data(), gpu.keys);
+    copy_tensor_to_host(got.value_codes.data(), gpu.values);
+    copy_tensor_to_host(got.key_scales.data(), gpu.key_scales);
+    copy_tensor_to_host(got.value_scales.data(), gpu.value_scales);
+    for (int64_t i = 0; i < rows * width; ++i) {
+      ASSERT_EQ(got.key_codes[i], key_codes[i]) << "key code " << i;
+      ASSERT_EQ(got.value_codes[i], value_codes[i]) << "value code " << i;
+    }
+    expect_same_cache(got.key_scales, key_scales, "key scales");
+    expect_same_cache(got.value_scales, value_scales, "value scales");
+  }
+};
+
+void expect_coded_matches_cpu(const Shape& shape, const std::vector<SequenceSpec>& specs, int64_t max_blocks,
+                              uint32_t seed, const std::string& what) {
+  SCOPED_TRACE(what);
+  Problem p = make_problem(shape, specs, blocks_for(specs, shape.block_size) + 7, max_blocks, seed);
+  CpuPagedAttention cpu;
+  CodedCache before(p.rows, shape);
+  std::vector<int32_t> every_row(p.rows);
+  std::iota(every_row.begin(), every_row.end(), 0);
+  cpu.store(before.host(), p.host(p.key_cache, {p.rows, shape.kv_width()}),
+            p.host(p.value_cache, {p.rows, shape.kv_width()}), p.host(every_row, {p.rows}));
+  CodedCache after = before;
+  cpu.store(after.host(), p.host(p.k, {p.tokens, shape.kv_width()}), p.host(p.v, {p.tokens, shape.kv_width()}),
+            p.host(p.slots, {p.tokens}));
+  cpu.attend(p.host(p.out, {p.tokens, shape.q_width()}), p.host(p.q, {p.tokens, shape.q_width()}), after.host(),
+             p.host_batch(), shape.heads, shape.kv_heads);
+
+  DeviceStep gpu(p);
+  const CacheLayer cache = before.upload(gpu.memory);
+  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), p.tokens, p.sequences,
+                               "test.paged_attention");
+  attention.store(cache, gpu.k, gpu.v, gpu.slots);
+  attention.attend(gpu.out, gpu.q, cache, gpu.batch(), shape.heads, shape.kv_heads);
+  check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+  after.expect_same(cache);
+  expect_out_close(read(gpu.out), p, what, 4e-2);
+}
+
+class GpuPagedAttentionFp8 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuPagedAttentionFp8, MatchesCpuOnTheSameCodes) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Case c = GetParam();
+  std::mt19937 rng(seed);
+  expect_coded_matches_cpu(c.shape, sequences_of(c.decode_only, rng), (1500 + c.shape.block_size - 1) / c.shape.block_size + 3,
+                           seed, case_name(c));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuPagedAttentionFp8,
+    ::testing::Values(
+        // The decode kernel (groups of 1 and 2, head_dim 64 and 128), then the tensor-core
+        // tiles (mixed steps, a decode group of 4, head_dim 16), then the scalar path.
+        Case{{16, 8, 128, DType::BF16}, true}, Case{{8, 8, 64, DType::BF16}, true},
+        Case{{16, 8, 128, DType::BF16, 32}, true}, Case{{16, 8, 128, DType::BF16}, false},
+        Case{{8, 2, 64, DType::BF16}, true}, Case{{8, 2, 64, DType::BF16}, false},
+        Case{{4, 1, 16, DType::BF16}, false}, Case{{4, 2, 40, DType::BF16}, false},
+        Case{{8, 2, 64, DType::F32}, true}),
+    [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// The engine's decode batches on the coded decode kernel: 300 sequences, contexts 1..700.
+TEST(GpuPagedAttentionFp8Decode, LargeBatchOfMixedContexts) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> context(1, 700);
+  std::vector<SequenceSpec> specs(300);
+  for (SequenceSpec& spec : specs) spec = {context(rng), 1};
+  expect_coded_matches_cpu(Shape{16, 8, 128, DType::BF16}, specs, 700 / 16 + 2, seed, "300 sequences");
+}
+
 // A CUDA graph of store + attend, captured once, replayed after new contents are written
 // into the same device tensors: other contexts (short ones, then long ones that split
 // into more ranges), other block tables and slots, and for a mixed step other prompt
@@ -486,19 +605,21 @@ TEST(GpuPagedAttentionArgs, WrongShapesAndDtypesAreRefused) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + argument + "'"), std::string::npos) << e.what();
     }
   };
-  refused([&] { attention.store(gpu.key_cache, gpu.value_cache, f32_k, gpu.v, gpu.slots); }, "k");
-  refused([&] { attention.store(gpu.key_cache, gpu.value_cache, gpu.k, gpu.v, host_slots); }, "slots");
-  refused([&] { attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.q, gpu.batch(), 4, 2); }, "value_cache");
+  const CacheLayer cache{gpu.key_cache, gpu.value_cache};
+  refused([&] { attention.store(cache, f32_k, gpu.v, gpu.slots); }, "k");
+  refused([&] { attention.store(cache, gpu.k, gpu.v, host_slots); }, "slots");
+  refused([&] { attention.attend(gpu.out, gpu.q, {gpu.key_cache, gpu.q}, gpu.batch(), 4, 2); }, "values");
   PagedBatch batch = gpu.batch();
   batch.context_lens = gpu.slots;  // [T], not [B]
-  refused([&] { attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, batch, 4, 2); }, "context_lens");
-  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, gpu.batch(), 4, 3),
-               std::invalid_argument);
-  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, gpu.batch(), 3, 1),
-               std::invalid_argument);
+  refused([&] { attention.attend(gpu.out, gpu.q, cache, batch, 4, 2); }, "context_lens");
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, cache, gpu.batch(), 4, 3), std::invalid_argument);
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, cache, gpu.batch(), 3, 1), std::invalid_argument);
   batch = gpu.batch();
   batch.block_size = 0;
-  EXPECT_THROW(attention.attend(gpu.out, gpu.q, gpu.key_cache, gpu.value_cache, batch, 4, 2), std::invalid_argument);
+  EXPECT_THROW(attention.attend(gpu.out, gpu.q, cache, batch, 4, 2), std::invalid_argument);
+  // A coded cache without its scales.
+  const Tensor codes = gpu.memory.make(DType::F8_E4M3, {problem.rows, shape.kv_width()});
+  refused([&] { attention.attend(gpu.out, gpu.q, {codes, codes}, gpu.batch(), 4, 2); }, "key_scales");
 }
 
 }  // namespace

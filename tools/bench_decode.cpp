@@ -4,11 +4,12 @@
 // the HBM bandwidth ceiling is about 125k).
 //
 //   bench_decode [--batch 256] [--prompt 128] [--new 256] [--layers 28] [--runs 2]
-//                [--group 1] [--share-prompts 1]
+//                [--group 1] [--share-prompts 1] [--fp8-kv 0]
 //
 // Random BF16 weights and prompts; no stop tokens, so every sequence generates --new
 // tokens. --group G gives each prompt to G sequences in a row, as a GRPO step does; they
-// share the prompt's KV cache blocks unless --share-prompts 0. The first run captures the
+// share the prompt's KV cache blocks unless --share-prompts 0. --fp8-kv 1 keeps the KV
+// cache in FP8 E4M3 codes with scales (rollout.kv-cache-dtype = fp8). The first run captures the
 // decode graphs and is not timed; the figure is the best of --runs timed runs of the
 // whole generate() (prefill included), wall clock. The last line times the prefill alone
 // the same way: generates of one new token each.
@@ -58,7 +59,9 @@ int main(int argc, char** argv) {
   options.max_step_tokens = std::max(batch, 8192);
   options.max_sequence_length = prompt_tokens + new_tokens;
   options.share_prompts = arg_int(argc, argv, "--share-prompts", 1) != 0;
-  const KvCacheGeometry block{config.layers, config.kv_dim(), options.block_size, 1, DType::BF16};
+  options.fp8_kv_cache = arg_int(argc, argv, "--fp8-kv", 0) != 0;
+  const KvCacheGeometry block = KvCacheGeometry::for_blocks(
+      config, 1, options.block_size, options.fp8_kv_cache ? DType::F8_E4M3 : DType::BF16);
   const int64_t blocks_per_sequence = (options.max_sequence_length + options.block_size - 1) / options.block_size;
   options.kv_cache_bytes = static_cast<size_t>(batch * blocks_per_sequence) * block.block_bytes();
   Engine engine(config, ParameterSet::bind(layout, weights->ptr, DType::BF16, Device::CUDA), *pool, options);
@@ -104,8 +107,8 @@ int main(int argc, char** argv) {
   // The prefill's share: new prompts with one new token each, which the prefill's last
   // logits give without a decode step.
   const Timed prefill = best_of_runs(1);
-  std::printf("bench_decode: Qwen3-0.6B shape, %d layers, batch %d, %d-token prompts, %d new tokens, BF16", config.layers,
-              batch, prompt_tokens, new_tokens);
+  std::printf("bench_decode: Qwen3-0.6B shape, %d layers, batch %d, %d-token prompts, %d new tokens, BF16%s",
+              config.layers, batch, prompt_tokens, new_tokens, options.fp8_kv_cache ? ", KV cache FP8 E4M3" : "");
   if (group > 1)
     std::printf(", groups of %d (%s, %lld prompt tokens shared over the runs)", group,
                 options.share_prompts ? "prompt blocks shared" : "prompts apart",

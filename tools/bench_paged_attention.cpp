@@ -4,7 +4,7 @@
 //
 //   ./build/bench_paged_attention                      # the standard table below
 //   ./build/bench_paged_attention --batch 64 --context 2048 [--heads 16] [--kv-heads 8]
-//       [--head-dim 128] [--block-size 16] [--layers 28] [--repeat 20]
+//       [--head-dim 128] [--block-size 16] [--layers 28] [--repeat 20] [--kv bf16|fp8]
 //   ./build/bench_paged_attention --batch 256 --context 64-448   # contexts drawn uniformly
 //
 // Standard table: batch 256 at contexts 128, 256 and 512 and at contexts spread over
@@ -13,7 +13,8 @@
 // timed apart). The calls cycle through `layers` caches, as a model's layers do, so that
 // the KV read comes from HBM and not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
 // times. Bandwidth counts the K and V rows read once (the contexts' sum × 2 × kv_width ×
-// 2 bytes); the H200's HBM3e peaks at about 4.8 TB/s.
+// 2 bytes; with --kv fp8, a cache of E4M3 codes, kv_width + 4·kv_heads bytes of codes and
+// scales); the H200's HBM3e peaks at about 4.8 TB/s.
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -31,6 +32,7 @@
 #include "model/config.h"
 #include "rollout/cuda_paged_attention.h"
 #include "tensor/bf16.h"
+#include "tensor/fp8.h"
 #include "tensor/memory_pool.h"
 #endif
 
@@ -43,12 +45,13 @@ struct Run {
 struct Options {
   std::vector<Run> runs;
   int heads = 16, kv_heads = 8, head_dim = 128, block_size = 16, layers = 28, repeat = 20;
+  bool fp8 = false;  // --kv fp8
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "bench_paged_attention: %s\nusage: bench_paged_attention [--batch B --context C|LO-HI] [--heads H] "
-               "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R]\n",
+               "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R] [--kv bf16|fp8]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -70,6 +73,11 @@ Options parse(int argc, char** argv) {
       min_context = positive(flag, value.substr(0, dash));
       max_context = dash == std::string::npos ? min_context : positive(flag, value.substr(dash + 1));
       if (max_context < min_context) usage("--context LO-HI needs LO <= HI, got '" + value + "'");
+      continue;
+    }
+    if (flag == "--kv") {
+      if (value != "bf16" && value != "fp8") usage("--kv takes bf16 or fp8, got '" + value + "'");
+      options.fp8 = value == "fp8";
       continue;
     }
     const int n = positive(flag, value);
@@ -197,11 +205,21 @@ void run(const Options& o, const Run& r, cudaStream_t stream) {
   const Tensor k = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
   const Tensor v = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
   const Tensor out = memory.make(DType::BF16, {B, q_width});
-  std::vector<Tensor> keys, values;
+  // Each layer's cache: BF16 rows, or codes of normal values at a scale of 1/64.
+  std::vector<CacheLayer> layers;
   const std::vector<uint16_t> layer_values = random_bf16(rows * kv_width, rng);
+  std::vector<uint8_t> codes(layer_values.size());
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = float_to_e4m3(64 * bf16_to_float(layer_values[i]));
+  const std::vector<float> scales(rows * o.kv_heads, 1.f / 64);
   for (int l = 0; l < o.layers; ++l) {
-    keys.push_back(memory.upload(DType::BF16, {rows, kv_width}, layer_values));
-    values.push_back(memory.upload(DType::BF16, {rows, kv_width}, layer_values));
+    if (o.fp8)
+      layers.push_back({memory.upload(DType::F8_E4M3, {rows, kv_width}, codes),
+                        memory.upload(DType::F8_E4M3, {rows, kv_width}, codes),
+                        memory.upload(DType::F32, {rows, o.kv_heads}, scales),
+                        memory.upload(DType::F32, {rows, o.kv_heads}, scales)});
+    else
+      layers.push_back({memory.upload(DType::BF16, {rows, kv_width}, layer_values),
+                        memory.upload(DType::BF16, {rows, kv_width}, layer_values)});
   }
 
   ModelConfig config;
@@ -210,12 +228,13 @@ void run(const Options& o, const Run& r, cudaStream_t stream) {
   config.head_dim = o.head_dim;
   CudaPagedAttention attention(stream, memory.pool(), config, B, B, "bench.paged_attention");
   const double attend_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
-    for (int l = 0; l < o.layers; ++l) attention.attend(out, q, keys[l], values[l], paged, o.heads, o.kv_heads);
+    for (int l = 0; l < o.layers; ++l) attention.attend(out, q, layers[l], paged, o.heads, o.kv_heads);
   });
   const double store_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
-    for (int l = 0; l < o.layers; ++l) attention.store(keys[l], values[l], k, v, paged.slots);
+    for (int l = 0; l < o.layers; ++l) attention.store(layers[l], k, v, paged.slots);
   });
-  const double bytes = static_cast<double>(keys_read) * 2 * kv_width * 2;
+  const double row_bytes = o.fp8 ? kv_width + 4.0 * o.kv_heads : 2.0 * kv_width;
+  const double bytes = static_cast<double>(keys_read) * 2 * row_bytes;
   const double gb_per_s = bytes / attend_us / 1e3;
   const std::string contexts = r.min_context == r.max_context
                                    ? std::to_string(r.min_context)
@@ -236,8 +255,9 @@ int main(int argc, char** argv) {
   try {
     cudaDeviceProp props{};
     check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
-    std::printf("device %s; %d heads / %d kv heads, head_dim %d, BF16, block %d, %d layers, decode (1 query each)\n",
-                props.name, options.heads, options.kv_heads, options.head_dim, options.block_size, options.layers);
+    std::printf("device %s; %d heads / %d kv heads, head_dim %d, BF16, %sblock %d, %d layers, decode (1 query each)\n",
+                props.name, options.heads, options.kv_heads, options.head_dim,
+                options.fp8 ? "KV cache FP8 E4M3 + scales, " : "", options.block_size, options.layers);
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     for (const Run& r : options.runs) run(options, r, stream);

@@ -12,17 +12,20 @@ namespace {
 
 // The tiny model's sizes are in the deck, so --check can tell a KV cache too small for one
 // block (a pretrained model's config.json is read at start-up, which checks it then).
-// Device auto may land on either side, so the smaller working dtype (BF16) bounds it.
+// Device auto may land on either side, so the smaller working dtype (BF16) bounds it; an
+// FP8 cache is smaller still.
 void kv_cache_holds_one_block(const Deck& deck) {
   if (!deck.get<std::string>("model.path").empty() || deck.get<double>("rollout.kv-cache-fraction") > 0) return;
   const std::string device = deck.get<std::string>("world.device");
   const DType dtype = device == "cpu" ? DType::F32 : working_dtype_from_deck(deck, Device::CUDA);
-  const DType smallest = device == "auto" ? DType::BF16 : dtype;
+  const DType smallest = deck.get<std::string>("rollout.kv-cache-dtype") == "fp8" ? DType::F8_E4M3
+                         : device == "auto"                                       ? DType::BF16
+                                                                                  : dtype;
   const int block_size = EngineOptions{}.block_size;
   size_t block_bytes = 0;
   try {
     const ModelConfig config = model_config_from_deck(deck);
-    block_bytes = KvCacheGeometry{config.layers, config.kv_dim(), block_size, 1, smallest}.block_bytes();
+    block_bytes = KvCacheGeometry::for_blocks(config, 1, block_size, smallest).block_bytes();
   } catch (const std::invalid_argument&) {
     return;  // sizes that make no model: the model's own check reports them at start-up
   }

@@ -109,7 +109,8 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
   const std::string kv_cache = format_bytes(static_cast<double>(kv_cache_bytes(deck, world.device()))) +
                                (deck.get<double>("rollout.kv-cache-fraction") > 0
                                     ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
-                                    : "");
+                                    : "") +
+                               (deck.get<std::string>("rollout.kv-cache-dtype") == "fp8" ? ", FP8 E4M3 with scales" : "");
   if (roles.split()) {
     // Each side on its own GPUs: no engine beside a trainer, nothing handed off.
     rows.push_back({"working copy", format_bytes(layout.slab_bytes(working_dtype))});

@@ -1,6 +1,7 @@
 // FP32 paged attention on the host, the reference for the CUDA kernels. Each query row
 // is computed as CpuOps::attention_forward computes it (scores, max, exp, sum, weighted
-// values, in that order), so on equal inputs the two agree bit for bit.
+// values, in that order), so on equal inputs the two agree bit for bit. An F8_E4M3 cache
+// (rollout/paged_attention.h) is read as code · scale in FP32, then the same.
 #pragma once
 #include "rollout/paged_attention.h"
 
@@ -8,13 +9,12 @@ namespace tandem {
 
 class CpuPagedAttention final : public PagedAttention {
  public:
-  void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-             const Tensor& slots) override;
-  void store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
-                 const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                 const Tensor& slots, int heads, int kv_heads, float eps) override;
-  void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-              const PagedBatch& batch, int heads, int kv_heads) override;
+  void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) override;
+  void store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+                 const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots, int heads,
+                 int kv_heads, float eps) override;
+  void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
+              int kv_heads) override;
 };
 
 }  // namespace tandem

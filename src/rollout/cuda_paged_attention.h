@@ -28,13 +28,12 @@ class CudaPagedAttention final : public PagedAttention {
   CudaPagedAttention(const CudaPagedAttention&) = delete;
   CudaPagedAttention& operator=(const CudaPagedAttention&) = delete;
 
-  void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-             const Tensor& slots) override;
-  void store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
-                 const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                 const Tensor& slots, int heads, int kv_heads, float eps) override;
-  void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-              const PagedBatch& batch, int heads, int kv_heads) override;
+  void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) override;
+  void store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+                 const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots, int heads,
+                 int kv_heads, float eps) override;
+  void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
+              int kv_heads) override;
 
   const Tensor& workspace() const { return workspace_; }
 

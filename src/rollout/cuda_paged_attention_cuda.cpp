@@ -33,22 +33,20 @@ CudaPagedAttention::~CudaPagedAttention() {
   }
 }
 
-void CudaPagedAttention::store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-                               const Tensor& slots) {
-  cuda::paged_store(key_cache, value_cache, k, v, slots, stream_);
+void CudaPagedAttention::store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) {
+  cuda::paged_store(cache, k, v, slots, stream_);
 }
 
-void CudaPagedAttention::store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache,
-                                   const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
-                                   const Tensor& positions, const Tensor& inv_freq, const Tensor& slots, int heads,
-                                   int kv_heads, float eps) {
-  cuda::qkv_norm_rope_store(q_out, key_cache, value_cache, qkv, q_norm, k_norm, positions, inv_freq, slots, heads,
-                            kv_heads, eps, stream_);
+void CudaPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv,
+                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                                   const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) {
+  cuda::qkv_norm_rope_store(q_out, cache, qkv, q_norm, k_norm, positions, inv_freq, slots, heads, kv_heads, eps,
+                            stream_);
 }
 
-void CudaPagedAttention::attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-                                const PagedBatch& batch, int heads, int kv_heads) {
-  cuda::paged_attend(out, q, key_cache, value_cache, batch, heads, kv_heads, workspace_, stream_);
+void CudaPagedAttention::attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch,
+                                int heads, int kv_heads) {
+  cuda::paged_attend(out, q, cache, batch, heads, kv_heads, workspace_, stream_);
 }
 
 }  // namespace tandem

@@ -13,7 +13,8 @@ namespace tandem {
 namespace {
 
 KvCacheGeometry cache_geometry_for(const ModelConfig& config, const EngineOptions& options) {
-  return KvCacheGeometry::for_bytes(config, options.kv_cache_bytes, options.block_size, options.dtype);
+  return KvCacheGeometry::for_bytes(config, options.kv_cache_bytes, options.block_size,
+                                    options.fp8_kv_cache ? DType::F8_E4M3 : options.dtype);
 }
 
 int64_t sequence_length_limit(const ModelConfig& config, const EngineOptions& options) {

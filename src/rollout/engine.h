@@ -33,6 +33,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;            // new tokens per step (prompt chunks + decodes)
   int64_t max_sequence_length = 0;           // prompt + completion; 0: the model's max_position
   DType dtype = DType::F32;                  // activations and KV cache (the weights' dtype)
+  bool fp8_kv_cache = false;                 // the deck's rollout.kv-cache-dtype = fp8 (rollout/paged_attention.h)
   bool share_prompts = true;                 // the deck's rollout.share-prompts (rollout/scheduler.h)
   std::string name = "engine";               // prefix of the pool allocation names
 };

@@ -163,8 +163,8 @@ Tensor EngineForward::run(const KvCache& cache) {
     if (stacked.qkv_proj.data) {
       const Tensor qkv = rows(s.qkv);
       ops_.matmul_forward(qkv, normed, stacked.qkv_proj, Tensor{});
-      attention_.store_qkv(q, cache.keys(l), cache.values(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq,
-                           batch.slots, H, KV, eps);
+      attention_.store_qkv(q, cache.layer(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq, batch.slots, H, KV,
+                           eps);
     } else {
       const Tensor k = rows(s.k), v = rows(s.v);
       ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
@@ -174,9 +174,9 @@ Tensor EngineForward::run(const KvCache& cache) {
       const Tensor k_in = config_.qk_norm ? rows(s.k_normed) : k;
       ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
                                 Tensor{});
-      attention_.store(cache.keys(l), cache.values(l), k_in, v, batch.slots);
+      attention_.store(cache.layer(l), k_in, v, batch.slots);
     }
-    attention_.attend(attention, q_in, cache.keys(l), cache.values(l), batch, H, KV);
+    attention_.attend(attention, q_in, cache.layer(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
     ops_.add_rmsnorm_forward(normed, rstd, hidden, branch, p.post_attention_norm, eps);
 

@@ -135,7 +135,8 @@ int generate_command(int argc, char** argv, std::ostream& out, std::ostream& err
     engine_options.max_running = 1;
     engine_options.max_step_tokens = std::clamp<int64_t>(static_cast<int64_t>(request.prompt.size()), 1, 2048);
     engine_options.max_sequence_length = static_cast<int64_t>(request.prompt.size()) + request.sampling.max_new_tokens;
-    const KvCacheGeometry one_block{config.layers, config.kv_dim(), engine_options.block_size, 1, DType::F32};
+    const KvCacheGeometry one_block =
+        KvCacheGeometry::for_blocks(config, 1, engine_options.block_size, DType::F32);
     const int64_t blocks = (engine_options.max_sequence_length + one_block.block_size - 1) / one_block.block_size;
     engine_options.kv_cache_bytes = blocks * one_block.block_bytes();
     engine_options.name = "generate";

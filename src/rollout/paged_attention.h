@@ -8,10 +8,21 @@
 // (query head h reads kv head h / (heads / kv_heads)), scale 1/sqrt(head_dim), FP32
 // accumulation. Prefill and decode are the same op, so a token's output does not depend
 // on whether it was computed in a prompt chunk or in a decode step.
+//
+// A cache in F8_E4M3 holds each (token, kv head)'s head_dim keys, and its values, as
+// codes of one scale: scale = amax / 448 over the head's elements (as the working dtype
+// holds them), code = e4m3(element · 448 / amax) (tensor/fp8.h; all zero when amax is 0),
+// and attention reads code · scale. Half the bytes of BF16, where decode is bound by them.
 #pragma once
 #include "tensor/tensor.h"
 
 namespace tandem {
+
+// One layer of the cache, as the ops read and write it.
+struct CacheLayer {
+  Tensor keys, values;              // [rows, kv_heads*head_dim]
+  Tensor key_scales, value_scales;  // [rows, kv_heads] F32 with F8_E4M3 keys and values; empty otherwise
+};
 
 // Where a step's tokens sit in the cache, staged in the backend's memory (all I32).
 struct PagedBatch {
@@ -26,19 +37,18 @@ class PagedAttention {
  public:
   virtual ~PagedAttention() = default;
 
-  // key_cache, value_cache: one layer's [rows, kv_heads*head_dim]; k, v: [T, same].
-  virtual void store(const Tensor& key_cache, const Tensor& value_cache, const Tensor& k, const Tensor& v,
-                     const Tensor& slots) = 0;
+  // k, v: [T, kv_heads*head_dim] in the working dtype.
+  virtual void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) = 0;
   // The same store from a layer's fused q|k|v projection, with the rotation before it:
   // qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads; q_out [T,
   // heads·head_dim] and the stored keys are those of Ops::qk_norm_rope_forward (q_norm and
   // k_norm [head_dim], or both empty for rope alone), the stored values v as they are.
-  virtual void store_qkv(const Tensor& q_out, const Tensor& key_cache, const Tensor& value_cache, const Tensor& qkv,
+  virtual void store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv,
                          const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
                          const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) = 0;
   // out, q: [T, heads*head_dim].
-  virtual void attend(const Tensor& out, const Tensor& q, const Tensor& key_cache, const Tensor& value_cache,
-                      const PagedBatch& batch, int heads, int kv_heads) = 0;
+  virtual void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch,
+                      int heads, int kv_heads) = 0;
 };
 
 }  // namespace tandem

@@ -1,0 +1,41 @@
+// FP8 E4M3 codes of the KV cache on the device: a head's elements as codes of one scale
+// (rollout/paged_attention.h). Host twin: tensor/fp8.h, whose rounding matches
+// __nv_cvt_float_to_fp8 with __NV_SATFINITE, and tests/gpu_paged_attention.cpp checks.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+inline constexpr float kE4m3Largest = 448.0f;
+
+// The factor into codes and the scale back out, from the head's largest magnitude.
+__device__ inline float e4m3_inverse_scale(float amax) { return amax > 0.f ? kE4m3Largest / amax : 0.f; }
+__device__ inline float e4m3_scale(float amax) { return amax / kE4m3Largest; }
+
+__device__ inline uint8_t to_e4m3(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Two codes (the low and high byte of `pair`) to FP32, through half precision, which
+// holds every E4M3 value exactly.
+__device__ inline float2 e4m3x2_to_float2(unsigned pair) {
+  const __half2_raw halves = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return __half22float2(__half2(halves));
+}
+
+__device__ inline float e4m3_to_float(uint8_t code) { return e4m3x2_to_float2(code).x; }
+
+// 16 codes (a 16-byte piece of a row) to FP32.
+__device__ inline void unpack_e4m3x16(const uint4& raw, float (&x)[16]) {
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 low = e4m3x2_to_float2(words[i] & 0xffffu), high = e4m3x2_to_float2(words[i] >> 16);
+    x[4 * i] = low.x, x[4 * i + 1] = low.y, x[4 * i + 2] = high.x, x[4 * i + 3] = high.y;
+  }
+}
+
+}  // namespace tandem::cuda

@@ -86,15 +86,6 @@ __device__ inline void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The same product with FP16 operands (a's rows g+8 zero, as a1 = a3 = 0 give).
-__device__ inline void mma_f16_upper_rows(float (&c)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-
 // 2^x rounded as the MUFU unit does, results below 2^-126 flushed to zero: the softmaxes'
 // exponentials, where exp2f adds a rescale around each for the subnormal range.
 __device__ inline float fast_exp2(float x) {

@@ -625,10 +625,20 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
   unsigned char* ring = shared + warp * kDecodeStages * Layout::stage_bytes;
 
-  // Mma: a coded cache of head_dim 128 on the tensor cores, whose FP16 operands take a code
-  // pair in one conversion; the CUDA cores' FP32 products spend 3.5 instructions a cached
-  // byte, which made that loop issue-bound at ~2.7 TB/s (tools/PERFORMANCE.md).
-  constexpr bool Mma = Coded && D == 128;
+  // The queries' dims of this lane, scaled so that scores come out in log2 units.
+  float query[G][P];
+  const float scale_log2 = geo.scale * kLog2e;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int half = 0; half < P / 8; ++half) {
+      float x[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + P * piece + 8 * half), x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) query[g][8 * half + e] = x[e] * scale_log2;
+    }
+  }
+
   // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
   // past the range or a block outside the cache (which reads as zeros, as in attend_tiles).
   const auto locate = [&](int n) -> int64_t {
@@ -651,9 +661,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
         const int j = slot + Layout::key_slots * i;
         const int64_t offset = __shfl_sync(kFullMask, where, j);
         const int64_t from = offset >= 0 ? offset + P * piece : 0;
-        const int at = (j * Layout::lanes_per_key + (Mma ? piece ^ j % 8 : piece)) * 16;
-        copy_async_16(keys + at, cache.keys + from, offset >= 0);
-        copy_async_16(values + at, cache.values + from, offset >= 0);
+        copy_async_16(keys + (j * Layout::lanes_per_key + piece) * 16, cache.keys + from, offset >= 0);
+        copy_async_16(values + (j * Layout::lanes_per_key + piece) * 16, cache.values + from, offset >= 0);
       }
       if (Coded && lane < Layout::stage_keys) {
         float* scales = scales_at(n);
@@ -673,243 +682,103 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
   int64_t next = where[kDecodeStages - 1];
 
-  float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
-  if constexpr (Mma) {
-    // Lane (g, t) = (lane / 4, lane % 4) of the m16n8k16 fragments. Rows are query heads
-    // (g < G; rows 8-15 are zero). The head's dims are permuted alike in q and k: k-tile kk's
-    // dims 2t, 2t+1 | 2t+8, 2t+9 are dims 32t + 4kk + 0, 1 | 2, 3, so that a lane reads one
-    // key's 32 contiguous codes. Stages hold 16 keys: two n-tiles of scores, one k-step of
-    // P·V. Values: lane g holds dims [16g, 16g + 16) of keys 2t, 2t+1, 2t+8, 2t+9, paired
-    // by key into FP16 B fragments; output n-tile nn, column c is dim 16c + nn. Pieces are
-    // stored XOR-swizzled by key (fetch), so these reads meet no bank twice.
-    static_assert(Layout::stage_keys == 16 && D == 128, "the tensor-core stage is 16 keys of 128 dims");
-    const int g = lane / 4, t = lane % 4;
-    const float scale_log2 = geo.scale * kLog2e;
-    unsigned q_frag[8][2] = {};
-    if (g < G) {
-      const bf16* row = q + token * q_stride + (head0 + g) * D + 32 * t;
+  float row_max[G], row_sum[G], acc[G][P] = {};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float x[8];
-        unpack_bf16x8(*reinterpret_cast<const uint4*>(row + 8 * i), x);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const __half2 low = __floats2half2_rn(x[4 * h] * scale_log2, x[4 * h + 1] * scale_log2);
-          const __half2 high = __floats2half2_rn(x[4 * h + 2] * scale_log2, x[4 * h + 3] * scale_log2);
-          q_frag[2 * i + h][0] = *reinterpret_cast<const unsigned*>(&low);
-          q_frag[2 * i + h][1] = *reinterpret_cast<const unsigned*>(&high);
-        }
-      }
-    }
-    // Row g's running max (log2 units) and this lane's share of its sum; the output in units
-    // of value_unit, the largest value scale of the latest stage, so that P'·V's FP16 P' =
-    // p · value scale / value_unit stays in [0, 1].
-    float row_max = -INFINITY, row_sum = 0.f, value_unit = 1.f, o[16][2] = {};
-    for (int n = 0; n < mine; ++n) {
-      fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
-      next = locate(n + kDecodeStages);
-      copy_async_wait<kDecodeStages - 1>();
-      const unsigned char* keys = stage_at(n);
-      const unsigned char* values = keys + Layout::pieces_bytes;
-      const float* scales = scales_at(n);
-      const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
+  for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
+  for (int n = 0; n < mine; ++n) {
+    fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
+    next = locate(n + kDecodeStages);
+    copy_async_wait<kDecodeStages - 1>();
+    const unsigned char* keys = stage_at(n);
+    const unsigned char* values = keys + Layout::pieces_bytes;
+    const float* scales = scales_at(n);
+    const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
 
-      float s[2][4] = {};
+    float score[kDecodeKeysPerLane][G];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const unsigned char* row = keys + (nt * 8 + g) * D;  // key nt·8 + g: swizzled by g
-        const uint4 low = *reinterpret_cast<const uint4*>(row + ((2 * t) ^ g) * 16);
-        const uint4 high = *reinterpret_cast<const uint4*>(row + ((2 * t + 1) ^ g) * 16);
-        const unsigned words[8] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      const int j = slot + Layout::key_slots * i;
+      float k[P];
+      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(keys + (j * Layout::lanes_per_key + piece) * 16), k);
 #pragma unroll
-        for (int kk = 0; kk < 8; ++kk)
-          mma_f16_upper_rows(s[nt], q_frag[kk][0], q_frag[kk][1], e4m3x2_to_half2(words[kk] & 0xffffu),
-                             e4m3x2_to_half2(words[kk] >> 16));
-      }
-      // Scores of keys nt·8 + 2t + e: times their key scale, masked past key_end.
-      float stage_max = -INFINITY, value_max = 0.f, value_scale[2][2];
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int k = nt * 8 + 2 * t + e;
-          s[nt][e] = key0 + k < key_end ? s[nt][e] * scales[k] : -INFINITY;
-          value_scale[nt][e] = scales[Layout::stage_keys + k];
-          stage_max = fmaxf(stage_max, s[nt][e]);
-          value_max = fmaxf(value_max, value_scale[nt][e]);
-        }
-#pragma unroll
-      for (int offset = 1; offset < 4; offset <<= 1) {
-        stage_max = fmaxf(stage_max, __shfl_xor_sync(kFullMask, stage_max, offset));
-        value_max = fmaxf(value_max, __shfl_xor_sync(kFullMask, value_max, offset));
-      }
-      const float best = fmaxf(row_max, stage_max);
-      const float base = best == -INFINITY ? 0.f : best;
-      const float correction = exp2f(row_max - base);
-      row_max = best;
-      // A stage of zero values (or none) keeps the unit; its P' are zero.
-      const float unit = value_max > 0.f ? value_max : value_unit, inverse = value_max > 0.f ? 1.f / value_max : 0.f;
-      const float rescale = correction * (value_unit / unit);
-      value_unit = unit;
-      unsigned p_frag[2];
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float p0 = exp2f(s[nt][0] - base), p1 = exp2f(s[nt][1] - base);
-        sum += p0 + p1;
-        const __half2 weights =
-            __floats2half2_rn(p0 * value_scale[nt][0] * inverse, p1 * value_scale[nt][1] * inverse);
-        p_frag[nt] = *reinterpret_cast<const unsigned*>(&weights);
-      }
-      row_sum = row_sum * correction + sum;
-#pragma unroll
-      for (int nn = 0; nn < 16; ++nn) o[nn][0] *= rescale, o[nn][1] *= rescale;
-      // Values: lane g's dims of keys 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1), paired by key.
-      uint4 rows[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int k = 2 * t + (r & 1) + 8 * (r >> 1);
-        rows[r] = *reinterpret_cast<const uint4*>(values + k * D + (g ^ k % 8) * 16);
-      }
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const unsigned word[4] = {(&rows[0].x)[w], (&rows[1].x)[w], (&rows[2].x)[w], (&rows[3].x)[w]};
-        // Bytes b of keys k and k + 1 side by side: {k.b, k1.b, k.b+1, k1.b+1}, then b + 2.
-        const unsigned low0 = __byte_perm(word[0], word[1], 0x5140), high0 = __byte_perm(word[0], word[1], 0x7362);
-        const unsigned low1 = __byte_perm(word[2], word[3], 0x5140), high1 = __byte_perm(word[2], word[3], 0x7362);
-        const unsigned pairs0[4] = {low0 & 0xffffu, low0 >> 16, high0 & 0xffffu, high0 >> 16};
-        const unsigned pairs1[4] = {low1 & 0xffffu, low1 >> 16, high1 & 0xffffu, high1 >> 16};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float c[4] = {o[4 * w + i][0], o[4 * w + i][1], 0.f, 0.f};
-          mma_f16_upper_rows(c, p_frag[0], p_frag[1], e4m3x2_to_half2(pairs0[i]), e4m3x2_to_half2(pairs1[i]));
-          o[4 * w + i][0] = c[0], o[4 * w + i][1] = c[1];
-        }
+        for (int e = 0; e < P; ++e) dot = fmaf(query[g][e], k[e], dot);
+        score[i][g] = dot;
       }
     }
-    row_sum += __shfl_xor_sync(kFullMask, row_sum, 1);
-    row_sum += __shfl_xor_sync(kFullMask, row_sum, 2);
-    __syncwarp();
-    if (g < G) {
 #pragma unroll
-      for (int nn = 0; nn < 16; ++nn) {
-        state[g * D + 32 * t + nn] = o[nn][0] * value_unit;
-        state[g * D + 32 * t + 16 + nn] = o[nn][1] * value_unit;
-      }
-      if (t == 0) state[G * D + g] = row_max, state[G * D + G + g] = row_sum;
+    for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+    if constexpr (Coded) {
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) score[i][g] *= scales[slot + Layout::key_slots * i];
     }
-  } else {
-    // The queries' dims of this lane, scaled so that scores come out in log2 units.
-    float query[G][P];
-    const float scale_log2 = geo.scale * kLog2e;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int half = 0; half < P / 8; ++half) {
-        float x[8];
-        unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + P * piece + 8 * half), x);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) query[g][8 * half + e] = x[e] * scale_log2;
-      }
-    }
-
-    float row_max[G], row_sum[G], acc[G][P] = {};
-#pragma unroll
-    for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
-    for (int n = 0; n < mine; ++n) {
-      fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
-      next = locate(n + kDecodeStages);
-      copy_async_wait<kDecodeStages - 1>();
-      const unsigned char* keys = stage_at(n);
-      const unsigned char* values = keys + Layout::pieces_bytes;
-      const float* scales = scales_at(n);
-      const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
-
-      float score[kDecodeKeysPerLane][G];
+      float stage_max = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        const int j = slot + Layout::key_slots * i;
-        float k[P];
-        unpack_piece<Coded>(*reinterpret_cast<const uint4*>(keys + (j * Layout::lanes_per_key + piece) * 16), k);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float dot = 0.f;
-#pragma unroll
-          for (int e = 0; e < P; ++e) dot = fmaf(query[g][e], k[e], dot);
-          score[i][g] = dot;
-        }
+        if (key0 + slot + Layout::key_slots * i >= key_end) score[i][g] = -INFINITY;
+        stage_max = fmaxf(stage_max, score[i][g]);
       }
-#pragma unroll
-      for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i)
-#pragma unroll
-          for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
-      if constexpr (Coded) {
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i)
-#pragma unroll
-          for (int g = 0; g < G; ++g) score[i][g] *= scales[slot + Layout::key_slots * i];
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float stage_max = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-          if (key0 + slot + Layout::key_slots * i >= key_end) score[i][g] = -INFINITY;
-          stage_max = fmaxf(stage_max, score[i][g]);
-        }
-        const float best = fmaxf(row_max[g], stage_max);
-        const float base = best == -INFINITY ? 0.f : best;
-        const float correction = exp2f(row_max[g] - base);
-        row_max[g] = best;
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-          score[i][g] = exp2f(score[i][g] - base);
-          sum += score[i][g];
-        }
-        row_sum[g] = row_sum[g] * correction + sum;
-#pragma unroll
-        for (int e = 0; e < P; ++e) acc[g][e] *= correction;
-      }
+      const float best = fmaxf(row_max[g], stage_max);
+      const float base = best == -INFINITY ? 0.f : best;
+      const float correction = exp2f(row_max[g] - base);
+      row_max[g] = best;
+      float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        const int j = slot + Layout::key_slots * i;
-        float v[P];
-        unpack_piece<Coded>(*reinterpret_cast<const uint4*>(values + (j * Layout::lanes_per_key + piece) * 16), v);
-        const float value_scale = Coded ? scales[Layout::stage_keys + j] : 1.f;
+        score[i][g] = exp2f(score[i][g] - base);
+        sum += score[i][g];
+      }
+      row_sum[g] = row_sum[g] * correction + sum;
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float weight = score[i][g] * value_scale;
+      for (int e = 0; e < P; ++e) acc[g][e] *= correction;
+    }
 #pragma unroll
-          for (int e = 0; e < P; ++e) acc[g][e] = fmaf(weight, v[e], acc[g][e]);
-        }
+    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
+      const int j = slot + Layout::key_slots * i;
+      float v[P];
+      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(values + (j * Layout::lanes_per_key + piece) * 16), v);
+      const float value_scale = Coded ? scales[Layout::stage_keys + j] : 1.f;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float weight = score[i][g] * value_scale;
+#pragma unroll
+        for (int e = 0; e < P; ++e) acc[g][e] = fmaf(weight, v[e], acc[g][e]);
       }
     }
+  }
 
-    // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
+  // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
 #pragma unroll
-    for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
+  for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float other[P];
+    for (int g = 0; g < G; ++g) {
+      float other[P];
 #pragma unroll
-        for (int e = 0; e < P; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
-        merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
-                    __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
-      }
-    // Each warp's state goes into its own ring, once every copy into it was waited for (all
-    // of the warp's stages were) and every lane has read its last piece.
-    __syncwarp();
-    if (slot == 0) {
+      for (int e = 0; e < P; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
+      merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
+                  __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
+    }
+  // Each warp's state goes into its own ring, once every copy into it was waited for (all
+  // of the warp's stages were) and every lane has read its last piece.
+  __syncwarp();
+  float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
+  if (slot == 0) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float4* to = reinterpret_cast<float4*>(state + g * D + P * piece);
+    for (int g = 0; g < G; ++g) {
+      float4* to = reinterpret_cast<float4*>(state + g * D + P * piece);
 #pragma unroll
-        for (int e = 0; e < P; e += 4) to[e / 4] = make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
-        if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
-      }
+      for (int e = 0; e < P; e += 4) to[e / 4] = make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
+      if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
     }
   }
   __syncthreads();

@@ -7,13 +7,9 @@
 
 #include <cstdint>
 
+#include "tensor/fp8.h"  // e4m3_inverse_scale, e4m3_scale: the host's own, constexpr
+
 namespace tandem::cuda {
-
-inline constexpr float kE4m3Largest = 448.0f;
-
-// The factor into codes and the scale back out, from the head's largest magnitude.
-__device__ inline float e4m3_inverse_scale(float amax) { return amax > 0.f ? kE4m3Largest / amax : 0.f; }
-__device__ inline float e4m3_scale(float amax) { return amax / kE4m3Largest; }
 
 __device__ inline uint8_t to_e4m3(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));

@@ -117,7 +117,7 @@ struct CacheView {
   const float* value_scales;
 };
 
-__device__ inline float to_float(uint8_t code) { return e4m3_to_float(code); }  // times its scale
+__device__ inline float to_float(uint8_t code) { return e4m3_to_float(code); }  // the code alone, before its scale
 
 // ---------------------------------------------------------------------------------------
 // store: one thread per `Unit` of a row (16 bytes when rows and pointers allow).
@@ -370,13 +370,11 @@ __global__ void __launch_bounds__(kThreads)
     const auto put = [](bf16* to, const uint4& codes, float scale) {
       float x[16];
       unpack_e4m3x16(codes, x);
-      uint4 low, high;
-      low.x = pack_bf16(x[0] * scale, x[1] * scale), low.y = pack_bf16(x[2] * scale, x[3] * scale);
-      low.z = pack_bf16(x[4] * scale, x[5] * scale), low.w = pack_bf16(x[6] * scale, x[7] * scale);
-      high.x = pack_bf16(x[8] * scale, x[9] * scale), high.y = pack_bf16(x[10] * scale, x[11] * scale);
-      high.z = pack_bf16(x[12] * scale, x[13] * scale), high.w = pack_bf16(x[14] * scale, x[15] * scale);
-      reinterpret_cast<uint4*>(to)[0] = low;
-      reinterpret_cast<uint4*>(to)[1] = high;
+      unsigned pairs[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) pairs[i] = pack_bf16(x[2 * i] * scale, x[2 * i + 1] * scale);
+      reinterpret_cast<uint4*>(to)[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+      reinterpret_cast<uint4*>(to)[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
     };
 #pragma unroll
     for (int i = 0; i < kPieces; ++i) {

@@ -58,10 +58,10 @@ void put_row(const Tensor& region, const Tensor& scales, int64_t row, const floa
     const float* head = x + h * D;
     float amax = 0;
     for (int64_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(head[d]));
-    const float inverse = amax > 0 ? kE4m3Max / amax : 0.f;
+    const float inverse = e4m3_inverse_scale(amax);
     uint8_t* codes = region.ptr<uint8_t>() + row * width + h * D;
     for (int64_t d = 0; d < D; ++d) codes[d] = float_to_e4m3(head[d] * inverse);
-    scales.ptr<float>()[row * heads + h] = amax / kE4m3Max;
+    scales.ptr<float>()[row * heads + h] = e4m3_scale(amax);
   }
 }
 

@@ -9,6 +9,12 @@ namespace tandem {
 
 inline constexpr float kE4m3Max = 448.0f;
 
+// A head's elements as codes of one scale (rollout/paged_attention.h): the factor into
+// codes and the scale back out, from the head's largest magnitude. constexpr, so the
+// kernels (kernels/e4m3.cuh) take the same definitions.
+constexpr float e4m3_inverse_scale(float amax) { return amax > 0.f ? kE4m3Max / amax : 0.f; }
+constexpr float e4m3_scale(float amax) { return amax / kE4m3Max; }
+
 inline uint8_t float_to_e4m3(float value) {
   const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
   const float a = std::fabs(value);

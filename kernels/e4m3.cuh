@@ -24,6 +24,13 @@ __device__ inline float2 e4m3x2_to_float2(unsigned pair) {
 
 __device__ inline float e4m3_to_float(uint8_t code) { return e4m3x2_to_float2(code).x; }
 
+// Two codes (the low and high byte of `pair`) as an FP16 pair, the low byte in the low
+// half: one conversion instruction, for the tensor cores.
+__device__ inline unsigned e4m3x2_to_half2(unsigned pair) {
+  const __half2_raw halves = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return static_cast<unsigned>(halves.x) | static_cast<unsigned>(halves.y) << 16;
+}
+
 // 16 codes (a 16-byte piece of a row) to FP32.
 __device__ inline void unpack_e4m3x16(const uint4& raw, float (&x)[16]) {
   const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};

@@ -1,6 +1,6 @@
 // Warp-level building blocks of the tensor-core kernels (attention.cu, paged_attention.cu):
 // cp.async copies into shared memory, ldmatrix operand loads, mma.sync m16n8k16 in BF16
-// with FP32 accumulation, and the softmaxes' exponential.
+// (or FP16) with FP32 accumulation, and the softmaxes' exponential.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane/4 and
 // c = lane%4: an FP32 accumulator tile holds rows g (elements 0,1) and g+8 (elements 2,3),
@@ -8,6 +8,7 @@
 // the A operand of the next product, so probabilities never leave registers.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace tandem::cuda {
 
@@ -43,14 +44,14 @@ __device__ inline void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
-__device__ inline void ldmatrix_x4(unsigned (&r)[4], const bf16* p) {
+__device__ inline void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_address(p))
                : "memory");
 }
 
-__device__ inline void ldmatrix_x4_trans(unsigned (&r)[4], const bf16* p) {
+__device__ inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_address(p))
@@ -86,6 +87,15 @@ __device__ inline void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same product with FP16 operands (the decode kernel's widened FP8 codes).
+__device__ inline void mma_f16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // 2^x rounded as the MUFU unit does, results below 2^-126 flushed to zero: the softmaxes'
 // exponentials, where exp2f adds a rescale around each for the subnormal range.
 __device__ inline float fast_exp2(float x) {
@@ -97,6 +107,15 @@ __device__ inline float fast_exp2(float x) {
 __device__ inline unsigned pack_bf16(float lo, float hi) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+__device__ inline unsigned pack_half2(float lo, float hi) {
+  const __half2 pair = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+__device__ inline float2 bf16x2_to_float2(unsigned pair) {
+  return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
 }
 
 }  // namespace tandem::cuda

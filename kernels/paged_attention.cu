@@ -531,78 +531,84 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------
-// Decode path (BF16, one query per sequence, GQA group of 1, 2 or 4, head_dim 64 or 128).
-// A group this small wastes most of a tensor-core tile's 16 rows, and a tile block's few
-// chunks behind one double buffer spend most of their time waiting for memory. Here block
-// (sequence, kv head, split) holds the group's queries in registers and its warps stream
-// disjoint stages of keys, each through a ring of its own: kDecodeStages - 1 stages in
-// flight (cp.async) while it works on one. A lane owns 8 dims of a key; lanes_per_key lanes
-// make one key's dot products on the CUDA cores (butterfly sums), so a warp covers
-// key_slots keys at once, and each slot keeps its own online softmax. A lane copies and
-// later reads only its own 16-byte pieces of a stage, so no warp ever waits for another
-// before the end, where the slots and then the warps merge by log-sum-exp.
+// Decode path (one query per sequence, GQA group of 1, 2 or 4, head_dim 64 or 128, a BF16
+// or F8_E4M3 cache). Block (kv head, sequence, split) streams the split's keys in stages of
+// 16: its warps take disjoint stages, each through a ring of its own with Layout::stages - 1
+// stages in flight (cp.async) while it works on one, so no warp waits for another before
+// the end, where the warps merge by log-sum-exp.
 //
-// Bytes in flight: a warp has up to 3 stages of 4 KB out, kDecodeBlocksPerSm blocks of
-// kWarps warps make 192 KB per multiprocessor, well above the ~40 KB that keep HBM busy
-// (4.8 TB/s × ~1 us / 132), so that blocks starting up or finishing leave enough behind.
-// An F8_E4M3 cache (Coded) puts 16 dims in a lane's piece, so a stage holds twice the
-// keys, and their scales after the pieces (cp.async by the lanes that look the keys up).
+// A stage's products run on the tensor cores with the keys as the 16 rows of m16n8k16:
+// scores Sᵀ = K·Qᵀ with the group's queries as the first G of 8 columns, then
+// Oᵀ += Vᵀ·Pᵀ with the head's dims as rows. Queries as rows would leave 16 - G of 16 rows
+// idle and twice the products; CUDA-core dot products (the kernel before this one) spent
+// ~3 instructions per cached element and left the kernel issue-bound, not memory-bound.
+// K comes in by ldmatrix, V by ldmatrix.trans; both stages' rows are 16-byte pieces
+// swizzled so that the 8 keys of an ldmatrix phase fall into 8 bank quads. FP8 codes
+// widen to FP16 pairs (exact) and the products run in FP16: q times the softmax scale,
+// and P'ᵀ = P times each value's scale over the largest value scale seen so far (o is kept
+// in units of it), so that every B operand stays in [0, 1] or near q's own range.
 
-constexpr int kDecodeStages = 3;
-constexpr int kDecodeKeysPerLane = 4;  // per stage
-constexpr int kDecodeBlocksPerSm = 4;  // 4 × 48 KB (+ 1.5 KB coded) of shared memory, 128 registers a thread
+constexpr int kDecodeStageKeys = 16;  // a warp's stage: the 16 rows of one product
+constexpr int kDecodeMaxBlocksPerSm = 4;  // 128 registers a thread
 
 template <int D, bool Coded>
 struct DecodeLayout {
-  static constexpr int dims_per_lane = Coded ? 16 : 8;  // a 16-byte piece
-  static constexpr int lanes_per_key = D / dims_per_lane;
-  static constexpr int key_slots = 32 / lanes_per_key;
-  static constexpr int stage_keys = kDecodeKeysPerLane * key_slots;  // per warp
-  static constexpr int pieces_bytes = kDecodeKeysPerLane * 32 * 16;   // of K, and of V
-  static constexpr int stage_bytes = 2 * pieces_bytes + (Coded ? 2 * stage_keys * 4 : 0);
-  static constexpr int shared_bytes = kWarps * kDecodeStages * stage_bytes;
-  static_assert(pieces_bytes == stage_keys * D * (Coded ? 1 : 2), "a stage's K half is its lanes' pieces");
-  static_assert(stage_keys <= 32, "one lane looks up each key of a stage");
+  static constexpr int row_bytes = D * (Coded ? 1 : 2);  // a key's head in the cache
+  static constexpr int pieces = row_bytes / 16;           // 16-byte pieces of a row
+  static constexpr int half_bytes = kDecodeStageKeys * row_bytes;  // a stage's K, and its V
+  static constexpr int stage_bytes = 2 * half_bytes + (Coded ? 2 * kDecodeStageKeys * 4 : 0);  // + scales
+  // Ring depth per warp, measured (H100, batch 256): a BF16 ring of 2 (64 KB a block, 3
+  // blocks an SM) beat 3 (2 blocks); codes keep 3 (50 KB, 4 blocks), where 2 with 5 or 6
+  // blocks an SM did no better or spilled.
+  static constexpr int stages = Coded ? 3 : 2;
+  static constexpr int shared_bytes = kWarps * stages * stage_bytes;
+  // As many as fit in a multiprocessor's 228 KB, with the 1 KB each block reserves.
+  static constexpr int blocks_per_sm = std::min(kDecodeMaxBlocksPerSm, 228 * 1024 / (shared_bytes + 1024));
+  static_assert(pieces == 4 || pieces % 8 == 0, "a piece swizzle for this row size");
 };
 
-// 8 BF16 values to FP32: the upper half of a word is already a float's bit pattern.
-__device__ inline void unpack_bf16x8(const uint4& raw, float (&x)[8]) {
-  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = __uint_as_float(words[i] << 16);
-    x[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
+// Where piece p of a stage's key r lies, in 16-byte units: the 8 consecutive keys an
+// ldmatrix phase reads at one piece land in 8 different bank quads.
+template <int Pieces>
+__device__ inline int swizzled_piece(int r, int p) {
+  if constexpr (Pieces == 4) return r * Pieces + (p ^ (r / 2 % 4));  // two keys a 128-byte line
+  else return r * Pieces + (p ^ (r % 8));
 }
 
-// Folds the online-softmax state (other_max, other_sum, other_acc) into (max, sum, acc):
-// maxima in log2 units, sums and accumulators relative to their own maximum.
-template <int N>
-__device__ inline void merge_state(float& max, float& sum, float (&acc)[N], float other_max, float other_sum,
-                                   const float (&other_acc)[N]) {
+// The head dim of row r (0..15) of the Oᵀ tile over piece p: V's ldmatrix.trans gives
+// BF16 rows in order; a coded piece's byte pairs give dims 2r and 2r + 1 to rows r, r + 8.
+template <bool Coded>
+__device__ inline int decode_dim(int p, int r) {
+  return Coded ? 16 * p + 2 * (r % 8) + r / 8 : 16 * p + r;
+}
+
+// Folds the online-softmax state (other_max, other_sum, other_value) into (max, sum, value):
+// maxima in log2 units, sums and values relative to their own maximum.
+__device__ inline void merge_state(float& max, float& sum, float& value, float other_max, float other_sum,
+                                   float other_value) {
   const float best = fmaxf(max, other_max);
   const float base = best == -INFINITY ? 0.f : best;  // both empty: weights exp2(-inf) = 0
   const float weight = exp2f(max - base), other_weight = exp2f(other_max - base);
   sum = sum * weight + other_sum * other_weight;
-#pragma unroll
-  for (int i = 0; i < N; ++i) acc[i] = acc[i] * weight + other_acc[i] * other_weight;
+  value = value * weight + other_value * other_weight;
   max = best;
 }
 
-// A lane's 16-byte piece of a key or value as FP32 (codes not yet times their scale).
-template <bool Coded>
-__device__ inline void unpack_piece(const uint4& raw, float (&x)[Coded ? 16 : 8]) {
-  if constexpr (Coded) unpack_e4m3x16(raw, x);
-  else unpack_bf16x8(raw, x);
+__device__ inline float warp_column_max(float x) {  // over the 8 lanes of a fragment column pair
+  x = fmaxf(x, __shfl_xor_sync(kFullMask, x, 4));
+  x = fmaxf(x, __shfl_xor_sync(kFullMask, x, 8));
+  return fmaxf(x, __shfl_xor_sync(kFullMask, x, 16));
 }
 
 template <int D, int G, bool Coded>
-__global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_sm)
     attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                   CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
                   const int* context_lens, const int* block_tables, Geometry geo) {
   using Layout = DecodeLayout<D, Coded>;
-  constexpr int P = Layout::dims_per_lane;
+  using Cache = std::conditional_t<Coded, uint8_t, bf16>;
+  constexpr int kPieces = Layout::pieces, kStages = Layout::stages;
+  constexpr int kPieceElements = 16 / sizeof(Cache);
   extern __shared__ __align__(16) unsigned char shared[];
   const int kv_head = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
   const Sequence seq = sequence_at(cu_queries, context_lens, geo, b);
@@ -611,61 +617,69 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
   // The sequence's first new token (its only one in a valid decode step) sees keys up to itself.
   const int split_keys = split_length(seq.context, geo.splits), key_begin = split * split_keys;
   const int key_end = min(min(key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
-  const int stages = key_end > key_begin ? (key_end - key_begin + Layout::stage_keys - 1) / Layout::stage_keys : 0;
+  const int stages = key_end > key_begin ? (key_end - key_begin + kDecodeStageKeys - 1) / kDecodeStageKeys : 0;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int piece = lane % Layout::lanes_per_key;  // dims [P·piece, P·piece + P) of every key
-  const int slot = lane / Layout::lanes_per_key;   // keys slot + key_slots·i of every stage
+  const int g = lane / 4, c = lane % 4;  // fragment row, column pair (mma.cuh)
   const int mine = stages > warp ? (stages - warp + kWarps - 1) / kWarps : 0;  // stages warp + kWarps·n
   const int64_t token = seq.start, q_stride = static_cast<int64_t>(geo.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const int head0 = kv_head * G;
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
-  unsigned char* ring = shared + warp * kDecodeStages * Layout::stage_bytes;
-
-  // The queries' dims of this lane, scaled so that scores come out in log2 units.
-  float query[G][P];
+  unsigned char* ring = shared + warp * kStages * Layout::stage_bytes;
   const float scale_log2 = geo.scale * kLog2e;
+
+  // Qᵀ as B operands: column g is query g (zero past the group). Step j's k rows are dims
+  // 16j + [2c, 2c+1] and [2c+8, 2c+9] for BF16; for codes (whose 4 bytes at a time come
+  // from one key) 16j + 4c + [0, 1] and [2, 3], in FP16 times the softmax scale.
+  unsigned query[D / 16][2];
+  const bf16* own = q + token * q_stride + (head0 + min(g, G - 1)) * D;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-#pragma unroll
-    for (int half = 0; half < P / 8; ++half) {
-      float x[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(q + token * q_stride + (head0 + g) * D + P * piece + 8 * half), x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) query[g][8 * half + e] = x[e] * scale_log2;
+  for (int j = 0; j < D / 16; ++j) {
+    if constexpr (Coded) {
+      const uint2 four = *reinterpret_cast<const uint2*>(own + 16 * j + 4 * c);
+      const float2 low = bf16x2_to_float2(four.x), high = bf16x2_to_float2(four.y);
+      query[j][0] = pack_half2(low.x * scale_log2, low.y * scale_log2);
+      query[j][1] = pack_half2(high.x * scale_log2, high.y * scale_log2);
+    } else {
+      query[j][0] = *reinterpret_cast<const unsigned*>(own + 16 * j + 2 * c);
+      query[j][1] = *reinterpret_cast<const unsigned*>(own + 16 * j + 8 + 2 * c);
     }
+    if (g >= G) query[j][0] = query[j][1] = 0u;
   }
 
-  // Lane l < stage_keys: the cache offset of key l of the warp's stage n, or -1 for a key
-  // past the range or a block outside the cache (which reads as zeros, as in attend_tiles).
+  // Lane l: the cache row of key l % 16 of the warp's stage n, or -1 past the range or for
+  // a block outside the cache (which reads as zeros, as in attend_tiles).
   const auto locate = [&](int n) -> int64_t {
-    const int key = key_begin + (warp + kWarps * n) * Layout::stage_keys + lane;
-    if (n >= mine || lane >= Layout::stage_keys || key >= key_end) return -1;
+    const int key = key_begin + (warp + kWarps * n) * kDecodeStageKeys + lane % 16;
+    if (n >= mine || key >= key_end) return -1;
     const int block = table[key / geo.block_size];
     if (block < 0 || block >= geo.cache_blocks) return -1;
-    return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D;
+    return static_cast<int64_t>(block) * geo.block_size + key % geo.block_size;
   };
-  // Stage n's slot in the ring: K pieces, V pieces, then (coded) the keys' K and V scales.
-  const auto stage_at = [&](int n) { return ring + n % kDecodeStages * Layout::stage_bytes; };
-  const auto scales_at = [&](int n) { return reinterpret_cast<float*>(stage_at(n) + 2 * Layout::pieces_bytes); };
+  // Stage n's slot in the ring: K pieces, V pieces, then (coded) 16 key and 16 value scales.
+  const auto stage_at = [&](int n) { return ring + n % kStages * Layout::stage_bytes; };
+  const auto scales_at = [&](int n) { return reinterpret_cast<float*>(stage_at(n) + 2 * Layout::half_bytes); };
   // One commit group per call, empty past the warp's stages, so that the wait counts hold.
-  const auto fetch = [&](int n, int64_t where) {
+  // Each copy instruction takes whole rows (32 / pieces keys), as the cache lays them out.
+  constexpr int kKeysPerCopy = 32 / kPieces;
+  const auto fetch = [&](int n, int64_t row) {
     if (n < mine) {
       unsigned char* keys = stage_at(n);
-      unsigned char* values = keys + Layout::pieces_bytes;
+      unsigned char* values = keys + Layout::half_bytes;
+      const int p = lane % kPieces;
 #pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        const int j = slot + Layout::key_slots * i;
-        const int64_t offset = __shfl_sync(kFullMask, where, j);
-        const int64_t from = offset >= 0 ? offset + P * piece : 0;
-        copy_async_16(keys + (j * Layout::lanes_per_key + piece) * 16, cache.keys + from, offset >= 0);
-        copy_async_16(values + (j * Layout::lanes_per_key + piece) * 16, cache.values + from, offset >= 0);
+      for (int i = 0; i < kDecodeStageKeys / kKeysPerCopy; ++i) {
+        const int r = i * kKeysPerCopy + lane / kPieces;
+        const int64_t key_row = __shfl_sync(kFullMask, row, r);
+        const int64_t from = key_row >= 0 ? key_row * kv_stride + kv_head * D + p * kPieceElements : 0;
+        const int at = swizzled_piece<kPieces>(r, p) * 16;
+        copy_async_16(keys + at, cache.keys + from, key_row >= 0);
+        copy_async_16(values + at, cache.values + from, key_row >= 0);
       }
-      if (Coded && lane < Layout::stage_keys) {
-        float* scales = scales_at(n);
-        copy_async_4(scales + lane, cache.key_scales + max(where, int64_t{0}) / D, where >= 0);
-        copy_async_4(scales + Layout::stage_keys + lane, cache.value_scales + max(where, int64_t{0}) / D, where >= 0);
+      if constexpr (Coded) {  // lanes 0-15: key l's key scale; 16-31: key l-16's value scale
+        const float* from_scales = lane < 16 ? cache.key_scales : cache.value_scales;
+        copy_async_4(scales_at(n) + lane, from_scales + max(row, int64_t{0}) * geo.kv_heads + kv_head, row >= 0);
       }
     }
     copy_async_commit();
@@ -673,123 +687,164 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm)
 
   // The block-table reads of the first stages go out together; afterwards each stage's
   // read is one stage ahead of its copy.
-  int64_t where[kDecodeStages];
+  int64_t where[kStages];
 #pragma unroll
-  for (int n = 0; n < kDecodeStages; ++n) where[n] = locate(n);
+  for (int n = 0; n < kStages; ++n) where[n] = locate(n);
 #pragma unroll
-  for (int n = 0; n + 1 < kDecodeStages; ++n) fetch(n, where[n]);
-  int64_t next = where[kDecodeStages - 1];
+  for (int n = 0; n + 1 < kStages; ++n) fetch(n, where[n]);
+  int64_t next = where[kStages - 1];
 
-  float row_max[G], row_sum[G], acc[G][P] = {};
-#pragma unroll
-  for (int g = 0; g < G; ++g) row_max[g] = -INFINITY, row_sum[g] = 0.f;
+  // Oᵀ tiles, one per 16-dim piece: rows decode_dim(p, ·), columns the queries. Per column
+  // (query 2c + i): the running max in log2 units and this lane's keys' share of the sum.
+  float o[D / 16][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float value_unit = 0.f;  // coded: the largest value scale so far, o's unit
+  // This lane's ldmatrix row: K (and coded V) pieces 2j + lane/16 of key lane % 16, BF16 V
+  // pieces 2j + lane/8 % 2 of key 8·(lane/16) + lane % 8.
+  const int k_row = lane % 16, k_piece = lane / 16;
+  const int v_row = Coded ? k_row : lane / 16 * 8 + lane % 8, v_piece = Coded ? k_piece : lane / 8 % 2;
   for (int n = 0; n < mine; ++n) {
-    fetch(n + kDecodeStages - 1, next);  // into the slot stage n - 1 left
-    next = locate(n + kDecodeStages);
-    copy_async_wait<kDecodeStages - 1>();
+    __syncwarp();  // every lane's reads of stage n - 1, whose slot the fetch below refills
+    fetch(n + kStages - 1, next);
+    next = locate(n + kStages);
+    copy_async_wait<kStages - 1>();
+    __syncwarp();  // the lanes' copies of stage n, visible to the whole warp
     const unsigned char* keys = stage_at(n);
-    const unsigned char* values = keys + Layout::pieces_bytes;
+    const unsigned char* values = keys + Layout::half_bytes;
     const float* scales = scales_at(n);
-    const int key0 = key_begin + (warp + kWarps * n) * Layout::stage_keys;
+    const int key0 = key_begin + (warp + kWarps * n) * kDecodeStageKeys;
 
-    float score[kDecodeKeysPerLane][G];
-#pragma unroll
-    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-      const int j = slot + Layout::key_slots * i;
-      float k[P];
-      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(keys + (j * Layout::lanes_per_key + piece) * 16), k);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float dot = 0.f;
-#pragma unroll
-        for (int e = 0; e < P; ++e) dot = fmaf(query[g][e], k[e], dot);
-        score[i][g] = dot;
-      }
-    }
-#pragma unroll
-    for (int offset = Layout::lanes_per_key / 2; offset > 0; offset >>= 1)
-#pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i)
-#pragma unroll
-        for (int g = 0; g < G; ++g) score[i][g] += __shfl_xor_sync(kFullMask, score[i][g], offset);
+    // Sᵀ: rows keys g and g+8 (elements 0,1 and 2,3), columns queries 2c and 2c+1; even
+    // and odd steps in two accumulators, for two chains of products instead of one.
+    float s[2][4] = {};
     if constexpr (Coded) {
 #pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i)
+      for (int j = 0; j < D / 32; ++j) {
+        unsigned r[4];
+        ldmatrix_x4(r, keys + swizzled_piece<kPieces>(k_row, 2 * j + k_piece) * 16);
 #pragma unroll
-        for (int g = 0; g < G; ++g) score[i][g] *= scales[slot + Layout::key_slots * i];
-    }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float stage_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        if (key0 + slot + Layout::key_slots * i >= key_end) score[i][g] = -INFINITY;
-        stage_max = fmaxf(stage_max, score[i][g]);
+        for (int half = 0; half < 2; ++half) {
+          const unsigned a[4] = {e4m3x2_to_half2(r[2 * half] & 0xffffu), e4m3x2_to_half2(r[2 * half + 1] & 0xffffu),
+                                 e4m3x2_to_half2(r[2 * half] >> 16), e4m3x2_to_half2(r[2 * half + 1] >> 16)};
+          mma_f16(s[half], a, query[2 * j + half][0], query[2 * j + half][1]);
+        }
       }
-      const float best = fmaxf(row_max[g], stage_max);
+    } else {
+#pragma unroll
+      for (int j = 0; j < D / 16; ++j) {
+        unsigned a[4];
+        ldmatrix_x4(a, keys + swizzled_piece<kPieces>(k_row, 2 * j + k_piece) * 16);
+        mma(s[j % 2], a, query[j][0], query[j][1]);
+      }
+    }
+    float score[4];
+    const float key_factor[2] = {Coded ? scales[g] : scale_log2, Coded ? scales[g + 8] : scale_log2};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = e / 2;  // key g, or g + 8
+      score[e] = key0 + g + 8 * row < key_end ? (s[0][e] + s[1][e]) * key_factor[row] : -INFINITY;
+    }
+    // Coded: o moves to the largest value scale so far, and each value's weight is its
+    // scale in that unit.
+    float unit_change = 1.f, value_weight[2] = {1.f, 1.f};
+    if constexpr (Coded) {
+      const float low = scales[kDecodeStageKeys + g], high = scales[kDecodeStageKeys + g + 8];
+      const float unit = fmaxf(value_unit, warp_column_max(fmaxf(low, high)));
+      const float inverse = unit > 0.f ? 1.f / unit : 0.f;
+      unit_change = value_unit * inverse;
+      value_unit = unit;
+      value_weight[0] = low * inverse, value_weight[1] = high * inverse;
+    }
+    float o_change[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float best = fmaxf(row_max[i], warp_column_max(fmaxf(score[i], score[i + 2])));
+      // A column that has seen no key yet keeps max -inf: subtract 0 instead, so that its
+      // exponentials are exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
       const float base = best == -INFINITY ? 0.f : best;
-      const float correction = exp2f(row_max[g] - base);
-      row_max[g] = best;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-        score[i][g] = exp2f(score[i][g] - base);
-        sum += score[i][g];
-      }
-      row_sum[g] = row_sum[g] * correction + sum;
-#pragma unroll
-      for (int e = 0; e < P; ++e) acc[g][e] *= correction;
+      const float correction = fast_exp2(row_max[i] - base);
+      row_max[i] = best;
+      score[i] = fast_exp2(score[i] - base);
+      score[i + 2] = fast_exp2(score[i + 2] - base);
+      row_sum[i] = row_sum[i] * correction + score[i] + score[i + 2];
+      o_change[i] = correction * unit_change;
     }
+    if (__any_sync(kFullMask, o_change[0] != 1.f || o_change[1] != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < kDecodeKeysPerLane; ++i) {
-      const int j = slot + Layout::key_slots * i;
-      float v[P];
-      unpack_piece<Coded>(*reinterpret_cast<const uint4*>(values + (j * Layout::lanes_per_key + piece) * 16), v);
-      const float value_scale = Coded ? scales[Layout::stage_keys + j] : 1.f;
+      for (int p = 0; p < D / 16; ++p) {
+        o[p][0] *= o_change[0], o[p][1] *= o_change[1];
+        o[p][2] *= o_change[0], o[p][3] *= o_change[1];
+      }
+    }
+    // Pᵀ as B operands: lane (g, c) needs query g's weights of keys 2c, 2c+1 (b0) and
+    // 2c+8, 2c+9 (b1), which lanes 4·(2c) + g/2 and 4·(2c+1) + g/2 hold as a column pair.
+    unsigned low, high;  // this lane's weights of keys g and g+8, queries 2c and 2c+1
+    if constexpr (Coded) {
+      low = pack_half2(score[0] * value_weight[0], score[1] * value_weight[0]);
+      high = pack_half2(score[2] * value_weight[1], score[3] * value_weight[1]);
+    } else {
+      low = pack_bf16(score[0], score[1]);
+      high = pack_bf16(score[2], score[3]);
+    }
+    const int even = 8 * c + g / 2, odd = even + 4;
+    const unsigned pick = g % 2 ? 0x7632u : 0x5410u;  // the column pair's half that is query g
+    const unsigned b0 = __byte_perm(__shfl_sync(kFullMask, low, even), __shfl_sync(kFullMask, low, odd), pick);
+    const unsigned b1 = __byte_perm(__shfl_sync(kFullMask, high, even), __shfl_sync(kFullMask, high, odd), pick);
+    if constexpr (Coded) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float weight = score[i][g] * value_scale;
+      for (int j = 0; j < D / 32; ++j) {
+        unsigned r[4];
+        ldmatrix_x4_trans(r, values + swizzled_piece<kPieces>(v_row, 2 * j + v_piece) * 16);
 #pragma unroll
-        for (int e = 0; e < P; ++e) acc[g][e] = fmaf(weight, v[e], acc[g][e]);
+        for (int half = 0; half < 2; ++half) {
+          // Keys (2c, 2c+1) [+8] of dims 2g, 2g+1 → FP16 pairs of one dim, two keys.
+          const unsigned first = __byte_perm(r[2 * half], 0u, 0x3120u), second = __byte_perm(r[2 * half + 1], 0u, 0x3120u);
+          const unsigned a[4] = {e4m3x2_to_half2(first & 0xffffu), e4m3x2_to_half2(first >> 16),
+                                 e4m3x2_to_half2(second & 0xffffu), e4m3x2_to_half2(second >> 16)};
+          mma_f16(o[2 * j + half], a, b0, b1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < D / 16; ++j) {
+        unsigned a[4];
+        ldmatrix_x4_trans(a, values + swizzled_piece<kPieces>(v_row, 2 * j + v_piece) * 16);
+        mma(o[j], a, b0, b1);
       }
     }
   }
 
-  // The warp's key slots meet by butterfly; then lanes of slot 0 hold the warp's state.
-#pragma unroll
-  for (int offset = 16; offset >= Layout::lanes_per_key; offset >>= 1)
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float other[P];
-#pragma unroll
-      for (int e = 0; e < P; ++e) other[e] = __shfl_xor_sync(kFullMask, acc[g][e], offset);
-      merge_state(row_max[g], row_sum[g], acc[g], __shfl_xor_sync(kFullMask, row_max[g], offset),
-                  __shfl_xor_sync(kFullMask, row_sum[g], offset), other);
-    }
   // Each warp's state goes into its own ring, once every copy into it was waited for (all
   // of the warp's stages were) and every lane has read its last piece.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int offset = 4; offset < 32; offset <<= 1) row_sum[i] += __shfl_xor_sync(kFullMask, row_sum[i], offset);
+  const float unit = Coded ? value_unit : 1.f;
   __syncwarp();
   float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
-  if (slot == 0) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float4* to = reinterpret_cast<float4*>(state + g * D + P * piece);
+  for (int p = 0; p < D / 16; ++p)
 #pragma unroll
-      for (int e = 0; e < P; e += 4) to[e / 4] = make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
-      if (piece == 0) state[G * D + g] = row_max[g], state[G * D + G + g] = row_sum[g];
+    for (int e = 0; e < 4; ++e) {
+      const int query = 2 * c + e % 2;
+      if (query < G) state[query * D + decode_dim<Coded>(p, g + 8 * (e / 2))] = o[p][e] * unit;
     }
+  if (g == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (2 * c + i < G) state[G * D + 2 * c + i] = row_max[i], state[G * D + G + 2 * c + i] = row_sum[i];
   }
   __syncthreads();
 
   for (int e = threadIdx.x; e < G * D; e += kThreads) {
-    const int g = e / D, d = e % D;
-    float max = -INFINITY, sum = 0.f, value[1] = {0.f};
+    const int query = e / D, d = e % D;
+    float max = -INFINITY, sum = 0.f, value = 0.f;
     for (int w = 0; w < kWarps; ++w) {
-      const float* other = reinterpret_cast<const float*>(shared + w * kDecodeStages * Layout::stage_bytes);
-      const float other_value[1] = {other[g * D + d]};
-      merge_state(max, sum, value, other[G * D + g], other[G * D + G + g], other_value);
+      const float* other = reinterpret_cast<const float*>(shared + w * kStages * Layout::stage_bytes);
+      merge_state(max, sum, value, other[G * D + query], other[G * D + G + query], other[query * D + d]);
     }
-    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + g, d, value[0], sum, max);
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + query, d, value, sum, max);
   }
 }
 
@@ -891,10 +946,14 @@ TilePlan plan_tiles(int64_t tokens, int64_t sequences, int heads, int kv_heads, 
   return plan;
 }
 
-// Decode steps (T == B) on the decode kernel: group sizes and head sizes it has registers
-// for (coded pieces hold twice the dims).
-bool decode_kernel_fits(int group, int head_dim, bool coded) {
-  return (group == 1 || group == 2 || (group == 4 && !coded)) && (head_dim == 64 || head_dim == 128);
+// Decode steps (T == B) on the decode kernel: the group sizes and head sizes it is built for.
+bool decode_kernel_fits(int group, int head_dim) {
+  return (group == 1 || group == 2 || group == 4) && (head_dim == 64 || head_dim == 128);
+}
+
+int decode_blocks_per_sm(int head_dim, bool coded) {
+  if (head_dim == 64) return coded ? DecodeLayout<64, true>::blocks_per_sm : DecodeLayout<64, false>::blocks_per_sm;
+  return coded ? DecodeLayout<128, true>::blocks_per_sm : DecodeLayout<128, false>::blocks_per_sm;
 }
 
 // Calls launch(std::integral_constant<int, G>) for the decode kernel's group sizes.
@@ -914,9 +973,9 @@ void with_group(int group, Launch&& launch) {
 // it holds at once (a second wave and the combine cost more than empty slots). Further
 // limits as in plan_tiles.
 int plan_decode_splits(int64_t sequences, int heads, int kv_heads, int64_t max_context, int64_t workspace_rows,
-                       int sms) {
+                       int sms, int blocks_per_sm) {
   const int64_t blocks = sequences * kv_heads;
-  int64_t splits = static_cast<int64_t>(kDecodeBlocksPerSm) * sms / blocks;
+  int64_t splits = static_cast<int64_t>(blocks_per_sm) * sms / blocks;
   splits = std::min<int64_t>(splits, kMaxSplits);
   splits = std::min<int64_t>(splits, (max_context + kChunk - 1) / kChunk);
   splits = std::min<int64_t>(splits, workspace_rows / std::max<int64_t>(sequences * heads, 1));
@@ -985,8 +1044,8 @@ void paged_attention_setup() {
     allow_tile_shared<16>(), allow_tile_shared<32>(), allow_tile_shared<64>(), allow_tile_shared<128>();
     allow_decode_shared<64, 1, false>(), allow_decode_shared<64, 2, false>(), allow_decode_shared<64, 4, false>();
     allow_decode_shared<128, 1, false>(), allow_decode_shared<128, 2, false>(), allow_decode_shared<128, 4, false>();
-    allow_decode_shared<64, 1, true>(), allow_decode_shared<64, 2, true>();
-    allow_decode_shared<128, 1, true>(), allow_decode_shared<128, 2, true>();
+    allow_decode_shared<64, 1, true>(), allow_decode_shared<64, 2, true>(), allow_decode_shared<64, 4, true>();
+    allow_decode_shared<128, 1, true>(), allow_decode_shared<128, 2, true>(), allow_decode_shared<128, 4, true>();
   });
 }
 
@@ -1001,7 +1060,8 @@ size_t paged_workspace_floats(int64_t max_tokens, int64_t max_sequences, int hea
   const auto rows = [&](int64_t tokens, int64_t sequences) {  // (split, token, head) rows of one step
     int64_t splits = plan_tiles(tokens, sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms).splits;
     if (tokens == sequences)  // either decode launch, whichever the dtype and alignment pick
-      splits = std::max<int64_t>(splits, plan_decode_splits(sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms));
+      splits = std::max<int64_t>(splits, plan_decode_splits(sequences, heads, kv_heads, INT_MAX, INT64_MAX, sms,
+                                                             kDecodeMaxBlocksPerSm));
     return splits * tokens * heads;
   };
   // Decode steps of every size; longer steps split most with a single sequence.
@@ -1122,12 +1182,14 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
   const int64_t max_context = max_blocks * batch.block_size;
   const int sms = multiprocessors(), group = heads / kv_heads;
   // The decode grid's y dimension holds the sequences (at most 65,535).
-  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim, coded);
+  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim);
   const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_context, workspace_rows, sms);
   geo.slice_heads = plan.slice_heads;
   geo.slices = plan.slices;
   geo.per_tile = plan.per_tile;
-  geo.splits = decode ? plan_decode_splits(B, heads, kv_heads, max_context, workspace_rows, sms) : plan.splits;
+  geo.splits = decode ? plan_decode_splits(B, heads, kv_heads, max_context, workspace_rows, sms,
+                                           decode_blocks_per_sm(geo.head_dim, coded))
+                      : plan.splits;
   float* partial_out = mutable_data<float>(workspace);
   float* partial_lse = partial_out + static_cast<int64_t>(geo.splits) * T * heads * D;
   const auto launch = [&](auto coded_tag, auto kernel, dim3 grid, int bytes) {
@@ -1145,9 +1207,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
       const dim3 grid(static_cast<unsigned>(kv_heads), static_cast<unsigned>(B), static_cast<unsigned>(geo.splits));
       with_group(group, [&](auto g) {
         constexpr int G = decltype(g)::value;
-        if constexpr (Coded && G == 4) {
-          throw std::logic_error("kernels/paged_attention.cu: no coded decode kernel for groups of 4");
-        } else if (geo.head_dim == 64) {
+        if (geo.head_dim == 64) {
           launch(coded_tag, attend_decode<64, G, Coded>, grid, DecodeLayout<64, Coded>::shared_bytes);
         } else {
           launch(coded_tag, attend_decode<128, G, Coded>, grid, DecodeLayout<128, Coded>::shared_bytes);

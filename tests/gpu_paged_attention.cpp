@@ -405,10 +405,11 @@ TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
 // NaN rows become NaN codes, as poisonous as before). store must write the CPU's codes
 // and scales byte for byte: the GPU rounds to E4M3 as tensor/fp8.h does. attend must give
 // the CPU's rows on the decoded cache within the tolerances above, BF16's first term
-// doubled (4e-2·RMS): the tensor-core path rounds the decoded keys and values to BF16
-// (2^-9 of each), which a BF16 cache's reference shares and this one's does not (seen:
-// up to 0.0055 past the BF16 bound on mixed steps). A wrong row or scale still errs by
-// the RMS itself.
+// doubled (4e-2·RMS): the tiles round the decoded keys and values to BF16 (2^-9 of
+// each), which a BF16 cache's reference shares and this one's does not (seen: up to
+// 0.0055 past the BF16 bound on mixed steps); the decode kernel takes them in FP16, with
+// the queries and the weights P' rounded to FP16. A wrong row or scale still errs by the
+// RMS itself.
 struct CodedCache {
   int64_t rows, width;
   int kv_heads;
@@ -496,16 +497,19 @@ TEST_P(GpuPagedAttentionFp8, MatchesCpuOnTheSameCodes) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuPagedAttentionFp8,
     ::testing::Values(
-        // The decode kernel (groups of 1 and 2, head_dim 64 and 128), then the tensor-core
-        // tiles (mixed steps, a decode group of 4, head_dim 16), then the scalar path.
+        // The decode kernel (groups of 1, 2 and 4, head_dim 64 and 128), then the
+        // tensor-core tiles (mixed steps, a decode group of 8, head_dim 16), then the
+        // scalar path.
         Case{{16, 8, 128, DType::BF16}, true}, Case{{8, 8, 64, DType::BF16}, true},
-        Case{{16, 8, 128, DType::BF16, 32}, true}, Case{{16, 8, 128, DType::BF16}, false},
-        Case{{8, 2, 64, DType::BF16}, true}, Case{{8, 2, 64, DType::BF16}, false},
+        Case{{16, 8, 128, DType::BF16, 32}, true}, Case{{16, 4, 128, DType::BF16}, true},
+        Case{{8, 2, 64, DType::BF16}, true}, Case{{16, 8, 128, DType::BF16}, false},
+        Case{{16, 2, 64, DType::BF16}, true}, Case{{8, 2, 64, DType::BF16}, false},
         Case{{4, 1, 16, DType::BF16}, false}, Case{{4, 2, 40, DType::BF16}, false},
         Case{{8, 2, 64, DType::F32}, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-// The engine's decode batches on the coded decode kernel: 300 sequences, contexts 1..700.
+// The engine's decode batches on the coded decode kernel: 300 sequences, contexts 1..700,
+// GQA groups of 2 and 4.
 TEST(GpuPagedAttentionFp8Decode, LargeBatchOfMixedContexts) {
   REQUIRE_GPU();
   const uint32_t seed = fresh_seed();
@@ -514,7 +518,8 @@ TEST(GpuPagedAttentionFp8Decode, LargeBatchOfMixedContexts) {
   std::uniform_int_distribution<int> context(1, 700);
   std::vector<SequenceSpec> specs(300);
   for (SequenceSpec& spec : specs) spec = {context(rng), 1};
-  expect_coded_matches_cpu(Shape{16, 8, 128, DType::BF16}, specs, 700 / 16 + 2, seed, "300 sequences");
+  for (const Shape& shape : {Shape{16, 8, 128, DType::BF16}, Shape{32, 8, 64, DType::BF16}})
+    expect_coded_matches_cpu(shape, specs, 700 / 16 + 2, seed, "300 sequences, " + case_name(Case{shape, true}));
 }
 
 // A CUDA graph of store + attend, captured once, replayed after new contents are written

@@ -15,21 +15,19 @@ __device__ inline uint8_t to_e4m3(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
-// Two codes (the low and high byte of `pair`) to FP32, through half precision, which
-// holds every E4M3 value exactly.
-__device__ inline float2 e4m3x2_to_float2(unsigned pair) {
-  const __half2_raw halves = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-  return __half22float2(__half2(halves));
-}
-
-__device__ inline float e4m3_to_float(uint8_t code) { return e4m3x2_to_float2(code).x; }
-
 // Two codes (the low and high byte of `pair`) as an FP16 pair, the low byte in the low
-// half: one conversion instruction, for the tensor cores.
+// half: one conversion instruction, and exact (FP16 holds every E4M3 value).
 __device__ inline unsigned e4m3x2_to_half2(unsigned pair) {
   const __half2_raw halves = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
   return static_cast<unsigned>(halves.x) | static_cast<unsigned>(halves.y) << 16;
 }
+
+__device__ inline float2 e4m3x2_to_float2(unsigned pair) {
+  const unsigned halves = e4m3x2_to_half2(pair);
+  return __half22float2(*reinterpret_cast<const __half2*>(&halves));
+}
+
+__device__ inline float e4m3_to_float(uint8_t code) { return e4m3x2_to_float2(code).x; }
 
 // 16 codes (a 16-byte piece of a row) to FP32.
 __device__ inline void unpack_e4m3x16(const uint4& raw, float (&x)[16]) {

@@ -114,8 +114,4 @@ __device__ inline unsigned pack_half2(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&pair);
 }
 
-__device__ inline float2 bf16x2_to_float2(unsigned pair) {
-  return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
-}
-
 }  // namespace tandem::cuda

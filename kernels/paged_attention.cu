@@ -540,8 +540,8 @@ __global__ void __launch_bounds__(kThreads)
 // A stage's products run on the tensor cores with the keys as the 16 rows of m16n8k16:
 // scores Sᵀ = K·Qᵀ with the group's queries as the first G of 8 columns, then
 // Oᵀ += Vᵀ·Pᵀ with the head's dims as rows. Queries as rows would leave 16 - G of 16 rows
-// idle and twice the products; CUDA-core dot products (the kernel before this one) spent
-// ~3 instructions per cached element and left the kernel issue-bound, not memory-bound.
+// idle and twice the products; dot products on the CUDA cores cost ~3 instructions per
+// cached element and leave the kernel issue-bound, not memory-bound.
 // K comes in by ldmatrix, V by ldmatrix.trans; both stages' rows are 16-byte pieces
 // swizzled so that the 8 keys of an ldmatrix phase fall into 8 bank quads. FP8 codes
 // widen to FP16 pairs (exact) and the products run in FP16: q times the softmax scale,
@@ -637,8 +637,8 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
 #pragma unroll
   for (int j = 0; j < D / 16; ++j) {
     if constexpr (Coded) {
-      const uint2 four = *reinterpret_cast<const uint2*>(own + 16 * j + 4 * c);
-      const float2 low = bf16x2_to_float2(four.x), high = bf16x2_to_float2(four.y);
+      const __nv_bfloat162* four = reinterpret_cast<const __nv_bfloat162*>(own + 16 * j + 4 * c);
+      const float2 low = __bfloat1622float2(four[0]), high = __bfloat1622float2(four[1]);
       query[j][0] = pack_half2(low.x * scale_log2, low.y * scale_log2);
       query[j][1] = pack_half2(high.x * scale_log2, high.y * scale_log2);
     } else {

@@ -22,9 +22,17 @@ inline constexpr int kPaddedStride = D + 8;
 __device__ inline unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
 // 16 bytes global -> shared without passing through registers; with `fill` false nothing is
-// read and the destination is zeroed.
+// read and the destination is zeroed. `fill` goes in as cp.async's ignore-src predicate,
+// not as a source size, which ptxas turns into address arithmetic around each copy.
 __device__ inline void copy_async_16(unsigned dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+  asm volatile(
+      "{\n"
+      ".reg .pred ignore;\n"
+      "setp.eq.u32 ignore, %2, 0;\n"
+      "cp.async.cg.shared.global [%0], [%1], 16, ignore;\n"
+      "}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<unsigned>(fill))
+      : "memory");
 }
 
 __device__ inline void copy_async_16(void* dst, const void* src, bool fill) {
@@ -32,9 +40,14 @@ __device__ inline void copy_async_16(void* dst, const void* src, bool fill) {
 }
 
 __device__ inline void copy_async_4(void* dst, const void* src, bool fill) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(fill ? 4 : 0)
-               : "memory");
+  asm volatile(
+      "{\n"
+      ".reg .pred ignore;\n"
+      "setp.eq.u32 ignore, %2, 0;\n"
+      "cp.async.ca.shared.global [%0], [%1], 4, ignore;\n"
+      "}\n" ::"r"(shared_address(dst)),
+      "l"(src), "r"(static_cast<unsigned>(fill))
+      : "memory");
 }
 
 __device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -29,6 +29,8 @@ constexpr int kScalarMaxHeadDim = 256;
 struct Geometry {
   int tokens, sequences, heads, kv_heads, head_dim;
   int max_blocks, block_size;
+  unsigned block_magic;  // key / block_size as (umulhi(key, magic) + key) >> shift (block_index)
+  int block_shift;
   int64_t cache_blocks;  // whole blocks the cache holds
   int slice_heads;       // query heads per block (tensor-core path): a kv head's group, or part of it
   int slices;            // blocks per kv head's group
@@ -49,6 +51,13 @@ __device__ inline Sequence sequence_at(const int* cu_queries, const int* context
   const int end = min(max(cu_queries[b + 1], start), geo.tokens);
   const int context = min(max(context_lens[b], 0), geo.max_blocks * geo.block_size);
   return {start, end - start, context};
+}
+
+// key / block_size for keys below 2^31 without a division: Granlund and Montgomery's
+// round-up multiplier, set on the host by divide_by_block.
+__device__ inline int block_index(const Geometry& geo, int key) {
+  return static_cast<int>((__umulhi(static_cast<unsigned>(key), geo.block_magic) + static_cast<unsigned>(key)) >>
+                          geo.block_shift);
 }
 
 // The last sequence whose first new token is at or before token t.
@@ -190,10 +199,11 @@ __global__ void __launch_bounds__(kThreads)
     qi[i] = lane + 32 * i < D ? to_float(q[t * q_stride + h * D + lane + 32 * i]) : 0.f;
   float max = -INFINITY, sum = 0;
   for (int j = 0; j < keys; ++j) {
-    const int block = table[j / geo.block_size];
+    const int index = block_index(geo, j);
+    const int block = table[index];
     if (block < 0 || block >= geo.cache_blocks) continue;
     const int64_t offset =
-        (static_cast<int64_t>(block) * geo.block_size + j % geo.block_size) * kv_stride + kv_head * D;
+        (static_cast<int64_t>(block) * geo.block_size + (j - index * geo.block_size)) * kv_stride + kv_head * D;
     const float key_scale = cache.key_scales ? cache.key_scales[offset / D] : 1.f;
     const float value_scale = cache.value_scales ? cache.value_scales[offset / D] : 1.f;
     float dot = 0;
@@ -330,9 +340,11 @@ __global__ void __launch_bounds__(kThreads)
   // Element offset of column `col` of key `key` in the cache, or -1 for a key past key_end
   // or a block outside the cache (which read as zeros).
   const auto locate = [&](int key, int col) -> int64_t {
-    const int block = key < key_end ? table[key / geo.block_size] : -1;
+    const int index = block_index(geo, key);
+    const int block = key < key_end ? table[index] : -1;
     if (block < 0 || block >= geo.cache_blocks) return -1;
-    return (static_cast<int64_t>(block) * geo.block_size + key % geo.block_size) * kv_stride + kv_head * D + col;
+    return (static_cast<int64_t>(block) * geo.block_size + (key - index * geo.block_size)) * kv_stride + kv_head * D +
+           col;
   };
   // Keys [key_begin + n·kChunk, +kChunk) into stage `stage`.
   const auto load_chunk = [&](int n, int stage) {
@@ -623,7 +635,6 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   const int g = lane / 4, c = lane % 4;  // fragment row, column pair (mma.cuh)
   const int mine = stages > warp ? (stages - warp + kWarps - 1) / kWarps : 0;  // stages warp + kWarps·n
   const int64_t token = seq.start, q_stride = static_cast<int64_t>(geo.heads) * D;
-  const int64_t kv_stride = static_cast<int64_t>(geo.kv_heads) * D;
   const int head0 = kv_head * G;
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
   unsigned char* ring = shared + warp * kStages * Layout::stage_bytes;
@@ -648,14 +659,16 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
     if (g >= G) query[j][0] = query[j][1] = 0u;
   }
 
-  // Lane l: the cache row of key l % 16 of the warp's stage n, or -1 past the range or for
-  // a block outside the cache (which reads as zeros, as in attend_tiles).
-  const auto locate = [&](int n) -> int64_t {
+  // Lane l: the cache row of key l % 16 of the warp's stage n (rows < 2^31, checked on the
+  // host), or -1 past the range or for a block outside the cache (which reads as zeros, as
+  // in attend_tiles).
+  const auto locate = [&](int n) -> int {
     const int key = key_begin + (warp + kWarps * n) * kDecodeStageKeys + lane % 16;
     if (n >= mine || key >= key_end) return -1;
-    const int block = table[key / geo.block_size];
+    const int index = block_index(geo, key);
+    const int block = table[index];
     if (block < 0 || block >= geo.cache_blocks) return -1;
-    return static_cast<int64_t>(block) * geo.block_size + key % geo.block_size;
+    return block * geo.block_size + (key - index * geo.block_size);
   };
   // Stage n's slot in the ring: K pieces, V pieces, then (coded) 16 key and 16 value scales.
   const auto stage_at = [&](int n) { return ring + n % kStages * Layout::stage_bytes; };
@@ -663,36 +676,42 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   // One commit group per call, empty past the warp's stages, so that the wait counts hold.
   // Each copy instruction takes whole rows (32 / pieces keys), as the cache lays them out.
   constexpr int kKeysPerCopy = 32 / kPieces;
-  const auto fetch = [&](int n, int64_t row) {
+  const int piece = lane % kPieces;
+  const Cache* keys_from = cache.keys + kv_head * D + piece * kPieceElements;  // + row · kv_heads · D
+  const Cache* values_from = cache.values + kv_head * D + piece * kPieceElements;
+  const float* scales_from = Coded ? (lane < 16 ? cache.key_scales : cache.value_scales) + kv_head : nullptr;
+  // Row r's offset in units of `unit` elements, r < 0 as row 0: one 32 x 32 -> 64-bit multiply.
+  const auto offset = [](int row, unsigned unit) {
+    return static_cast<uint64_t>(static_cast<unsigned>(max(row, 0))) * unit;
+  };
+  const unsigned row_elements = geo.kv_heads * D;
+  const auto fetch = [&](int n, int row) {
     if (n < mine) {
       unsigned char* keys = stage_at(n);
       unsigned char* values = keys + Layout::half_bytes;
-      const int p = lane % kPieces;
 #pragma unroll
       for (int i = 0; i < kDecodeStageKeys / kKeysPerCopy; ++i) {
         const int r = i * kKeysPerCopy + lane / kPieces;
-        const int64_t key_row = __shfl_sync(kFullMask, row, r);
-        const int64_t from = key_row >= 0 ? key_row * kv_stride + kv_head * D + p * kPieceElements : 0;
-        const int at = swizzled_piece<kPieces>(r, p) * 16;
-        copy_async_16(keys + at, cache.keys + from, key_row >= 0);
-        copy_async_16(values + at, cache.values + from, key_row >= 0);
+        const int key_row = __shfl_sync(kFullMask, row, r);
+        const uint64_t from = offset(key_row, row_elements);
+        const int at = swizzled_piece<kPieces>(r, piece) * 16;
+        copy_async_16(keys + at, keys_from + from, key_row >= 0);
+        copy_async_16(values + at, values_from + from, key_row >= 0);
       }
-      if constexpr (Coded) {  // lanes 0-15: key l's key scale; 16-31: key l-16's value scale
-        const float* from_scales = lane < 16 ? cache.key_scales : cache.value_scales;
-        copy_async_4(scales_at(n) + lane, from_scales + max(row, int64_t{0}) * geo.kv_heads + kv_head, row >= 0);
-      }
+      if constexpr (Coded)  // lanes 0-15: key l's key scale; 16-31: key l-16's value scale
+        copy_async_4(scales_at(n) + lane, scales_from + offset(row, geo.kv_heads), row >= 0);
     }
     copy_async_commit();
   };
 
   // The block-table reads of the first stages go out together; afterwards each stage's
   // read is one stage ahead of its copy.
-  int64_t where[kStages];
+  int where[kStages];
 #pragma unroll
   for (int n = 0; n < kStages; ++n) where[n] = locate(n);
 #pragma unroll
   for (int n = 0; n + 1 < kStages; ++n) fetch(n, where[n]);
-  int64_t next = where[kStages - 1];
+  int next = where[kStages - 1];
 
   // Oᵀ tiles, one per 16-dim piece: rows decode_dim(p, ·), columns the queries. Per column
   // (query 2c + i): the running max in log2 units and this lane's keys' share of the sum.
@@ -889,6 +908,17 @@ void check_launch(const char* op) {
 
 [[noreturn]] void fail(const char* op, const std::string& why) {
   throw std::invalid_argument(std::string(op) + ": " + why);
+}
+
+// block_index's multiplier: with shift the least s where 2^s >= block_size,
+// magic = 2^32 (2^s - block_size) / block_size + 1, which is below 2^32.
+void divide_by_block(Geometry& geo, int block_size) {
+  int shift = 0;
+  while ((int64_t{1} << shift) < block_size) ++shift;
+  geo.block_size = block_size;
+  geo.block_shift = shift;
+  geo.block_magic =
+      static_cast<unsigned>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - block_size)) / block_size + 1);
 }
 
 bool tensor_core_head_dim(int head_dim) {
@@ -1147,6 +1177,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
   if (batch.block_size < 1 || max_blocks * batch.block_size > INT_MAX || T > INT_MAX)
     fail(op, "block size " + std::to_string(batch.block_size) + " with " + std::to_string(max_blocks) +
                  " blocks per sequence and " + std::to_string(T) + " tokens is out of range");
+  if (rows > INT_MAX) fail(op, cache.keys.describe() + " holds more than INT_MAX rows");
 
   Geometry geo{};
   geo.tokens = static_cast<int>(T);
@@ -1155,7 +1186,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
   geo.kv_heads = kv_heads;
   geo.head_dim = static_cast<int>(D);
   geo.max_blocks = static_cast<int>(max_blocks);
-  geo.block_size = batch.block_size;
+  divide_by_block(geo, batch.block_size);
   geo.cache_blocks = rows / batch.block_size;
   geo.scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int* cu = data<int>(batch.cu_queries);

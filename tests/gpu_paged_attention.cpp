@@ -366,9 +366,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{4, 2, 64, DType::BF16}, true}, Case{{16, 8, 128, DType::BF16, 32}, true},
         Case{{4, 4, 32, DType::BF16}, false}, Case{{4, 1, 16, DType::BF16}, false},
         Case{{4, 1, 16, DType::BF16}, true},
-        // A GQA group wider than a block's 16 (decode) or 64 (prefill) rows; another block size.
+        // A GQA group wider than a block's 16 (decode) or 64 (prefill) rows; other block
+        // sizes, two of them not powers of two (a decode stage's 16 keys then span blocks).
         Case{{32, 1, 64, DType::BF16}, true}, Case{{128, 1, 16, DType::BF16}, false},
-        Case{{8, 2, 64, DType::BF16, 32}, false},
+        Case{{8, 2, 64, DType::BF16, 32}, false}, Case{{16, 8, 128, DType::BF16, 12}, true},
+        Case{{8, 2, 64, DType::BF16, 7}, false},
         // Scalar path: a head size the tiles do not cover, and F32.
         Case{{4, 2, 40, DType::BF16}, false}, Case{{4, 1, 16, DType::F32}, false},
         Case{{8, 2, 64, DType::F32}, true}, Case{{4, 2, 128, DType::F32}, false}),
@@ -505,7 +507,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{8, 2, 64, DType::BF16}, true}, Case{{16, 8, 128, DType::BF16}, false},
         Case{{16, 2, 64, DType::BF16}, true}, Case{{8, 2, 64, DType::BF16}, false},
         Case{{4, 1, 16, DType::BF16}, false}, Case{{4, 2, 40, DType::BF16}, false},
-        Case{{8, 2, 64, DType::F32}, true}),
+        Case{{8, 2, 64, DType::F32}, true}, Case{{16, 8, 128, DType::BF16, 12}, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // The engine's decode batches on the coded decode kernel: 300 sequences, contexts 1..700,

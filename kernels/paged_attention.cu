@@ -756,6 +756,13 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
         mma(s[j % 2], a, query[j][0], query[j][1]);
       }
     }
+    // V's fragments (a BF16 x4 load per 16 dims, a coded one per 32) go out before the
+    // softmax, whose shuffles and exponentials they then overlap instead of following.
+    constexpr int kValueLoads = D / (Coded ? 32 : 16);
+    unsigned v_frag[kValueLoads][4];
+#pragma unroll
+    for (int j = 0; j < kValueLoads; ++j)
+      ldmatrix_x4_trans(v_frag[j], values + swizzled_piece<kPieces>(v_row, 2 * j + v_piece) * 16);
     float score[4];
     const float key_factor[2] = {Coded ? scales[g] : scale_log2, Coded ? scales[g + 8] : scale_log2};
 #pragma unroll
@@ -811,9 +818,8 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
     const unsigned b1 = __byte_perm(__shfl_sync(kFullMask, high, even), __shfl_sync(kFullMask, high, odd), pick);
     if constexpr (Coded) {
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) {
-        unsigned r[4];
-        ldmatrix_x4_trans(r, values + swizzled_piece<kPieces>(v_row, 2 * j + v_piece) * 16);
+      for (int j = 0; j < kValueLoads; ++j) {
+        const unsigned (&r)[4] = v_frag[j];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           // Keys (2c, 2c+1) [+8] of dims 2g, 2g+1 → FP16 pairs of one dim, two keys.
@@ -825,11 +831,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < D / 16; ++j) {
-        unsigned a[4];
-        ldmatrix_x4_trans(a, values + swizzled_piece<kPieces>(v_row, 2 * j + v_piece) * 16);
-        mma(o[j], a, b0, b1);
-      }
+      for (int j = 0; j < kValueLoads; ++j) mma(o[j], v_frag[j], b0, b1);
     }
   }
 

@@ -6,10 +6,12 @@
 //   ./build/bench_paged_attention --batch 64 --context 2048 [--heads 16] [--kv-heads 8]
 //       [--head-dim 128] [--block-size 16] [--layers 28] [--repeat 20] [--kv bf16|fp8]
 //   ./build/bench_paged_attention --batch 256 --context 64-448   # contexts drawn uniformly
+//   ./build/bench_paged_attention --batch 64 --context 128 --queries 128  # a prefill step
 //
 // Standard table: batch 256 at contexts 128, 256 and 512 and at contexts spread over
 // 64..448 (as an engine's batch is), batch 64 at 256, 512 and 2048, and batch 8 at 2048
-// (few sequences: split-K). One layer-call is attend for one layer's cache (store is
+// (few sequences: split-K). --queries Q makes each sequence's last Q tokens new (a prompt
+// chunk, causal, as a prefill step runs them; Q = 1 is a decode step). One layer-call is attend for one layer's cache (store is
 // timed apart). The calls cycle through `layers` caches, as a model's layers do, so that
 // the KV read comes from HBM and not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
 // times. Bandwidth counts the K and V rows read once (the contexts' sum × 2 × kv_width ×
@@ -40,6 +42,7 @@ namespace {
 
 struct Run {
   int batch, min_context, max_context;  // contexts drawn uniformly from [min, max]
+  int queries;                          // new tokens a sequence, the last of its context
 };
 
 struct Options {
@@ -58,7 +61,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options options;
-  int batch = 0, min_context = 0, max_context = 0;
+  int batch = 0, min_context = 0, max_context = 0, queries = 1;
   const auto positive = [](const std::string& flag, const std::string& value) {
     const int n = std::atoi(value.c_str());
     if (n < 1 || std::to_string(n) != value) usage(flag + " must be a positive integer, got '" + value + "'");
@@ -88,13 +91,15 @@ Options parse(int argc, char** argv) {
     else if (flag == "--block-size") options.block_size = n;
     else if (flag == "--layers") options.layers = n;
     else if (flag == "--repeat") options.repeat = n;
+    else if (flag == "--queries") queries = n;
     else usage("unknown option '" + flag + "'");
   }
   if ((batch == 0) != (min_context == 0)) usage("--batch and --context go together");
-  if (batch) options.runs = {{batch, min_context, max_context}};
+  if (queries > min_context && batch) usage("--queries must not exceed the shortest context");
+  if (batch) options.runs = {{batch, min_context, max_context, queries}};
   else
-    options.runs = {{256, 128, 128}, {256, 256, 256}, {256, 512, 512}, {256, 64, 448},
-                    {64, 256, 256},  {64, 512, 512},  {64, 2048, 2048}, {8, 2048, 2048}};
+    options.runs = {{256, 128, 128, 1}, {256, 256, 256, 1}, {256, 512, 512, 1},   {256, 64, 448, 1},
+                    {64, 256, 256, 1},  {64, 512, 512, 1},  {64, 2048, 2048, 1}, {8, 2048, 2048, 1}};
   return options;
 }
 
@@ -171,7 +176,7 @@ double microseconds_per_call(cudaStream_t stream, int calls_per_step, int repeat
 }
 
 void run(const Options& o, const Run& r, cudaStream_t stream) {
-  const int64_t B = r.batch, kv_width = static_cast<int64_t>(o.kv_heads) * o.head_dim;
+  const int64_t B = r.batch, Q = r.queries, T = B * Q, kv_width = static_cast<int64_t>(o.kv_heads) * o.head_dim;
   const int64_t q_width = static_cast<int64_t>(o.heads) * o.head_dim;
   const int64_t max_blocks = (r.max_context + o.block_size - 1) / o.block_size;
   std::mt19937 rng(1234);
@@ -186,25 +191,28 @@ void run(const Options& o, const Run& r, cudaStream_t stream) {
   const int64_t rows = blocks * o.block_size;
   DeviceMemory memory;
 
-  // Every sequence's blocks scattered over the cache; this step's token is its last one.
-  std::vector<int32_t> order(blocks), tables(B * max_blocks, 0), slots(B), cu(B + 1);
+  // Every sequence's blocks scattered over the cache; this step's tokens are its last Q.
+  std::vector<int32_t> order(blocks), tables(B * max_blocks, 0), slots(T), cu(B + 1);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   for (int64_t b = 0, next = 0; b < B; ++b) {
-    cu[b] = static_cast<int32_t>(b);
+    cu[b] = static_cast<int32_t>(b * Q);
     const int32_t* own = order.data() + next;
     std::copy(own, own + (lengths[b] + o.block_size - 1) / o.block_size, tables.begin() + b * max_blocks);
     next += (lengths[b] + o.block_size - 1) / o.block_size;
-    slots[b] = own[(lengths[b] - 1) / o.block_size] * o.block_size + (lengths[b] - 1) % o.block_size;
+    for (int64_t i = 0; i < Q; ++i) {
+      const int64_t position = lengths[b] - Q + i;
+      slots[b * Q + i] = static_cast<int32_t>(own[position / o.block_size] * o.block_size + position % o.block_size);
+    }
   }
-  cu[B] = static_cast<int32_t>(B);
-  const PagedBatch paged{memory.upload(DType::I32, {B}, slots), memory.upload(DType::I32, {B + 1}, cu),
+  cu[B] = static_cast<int32_t>(T);
+  const PagedBatch paged{memory.upload(DType::I32, {T}, slots), memory.upload(DType::I32, {B + 1}, cu),
                          memory.upload(DType::I32, {B}, lengths), memory.upload(DType::I32, {B, max_blocks}, tables),
                          o.block_size};
-  const Tensor q = memory.upload(DType::BF16, {B, q_width}, random_bf16(B * q_width, rng));
-  const Tensor k = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
-  const Tensor v = memory.upload(DType::BF16, {B, kv_width}, random_bf16(B * kv_width, rng));
-  const Tensor out = memory.make(DType::BF16, {B, q_width});
+  const Tensor q = memory.upload(DType::BF16, {T, q_width}, random_bf16(T * q_width, rng));
+  const Tensor k = memory.upload(DType::BF16, {T, kv_width}, random_bf16(T * kv_width, rng));
+  const Tensor v = memory.upload(DType::BF16, {T, kv_width}, random_bf16(T * kv_width, rng));
+  const Tensor out = memory.make(DType::BF16, {T, q_width});
   // Each layer's cache: BF16 rows, or codes of normal values at a scale of 1/64.
   std::vector<CacheLayer> layers;
   const std::vector<uint16_t> layer_values = random_bf16(rows * kv_width, rng);
@@ -226,7 +234,7 @@ void run(const Options& o, const Run& r, cudaStream_t stream) {
   config.heads = o.heads;
   config.kv_heads = o.kv_heads;
   config.head_dim = o.head_dim;
-  CudaPagedAttention attention(stream, memory.pool(), config, B, B, "bench.paged_attention");
+  CudaPagedAttention attention(stream, memory.pool(), config, T, B, "bench.paged_attention");
   const double attend_us = microseconds_per_call(stream, o.layers, o.repeat, [&] {
     for (int l = 0; l < o.layers; ++l) attention.attend(out, q, layers[l], paged, o.heads, o.kv_heads);
   });
@@ -239,6 +247,7 @@ void run(const Options& o, const Run& r, cudaStream_t stream) {
   const std::string contexts = r.min_context == r.max_context
                                    ? std::to_string(r.min_context)
                                    : std::to_string(r.min_context) + "-" + std::to_string(r.max_context);
+  if (Q > 1) std::printf("queries %d  ", r.queries);
   std::printf("batch %4d  context %9s  attend %8.2f us/layer  %7.0f GB/s (%4.1f%% of 4800)  store %6.2f us/layer\n",
               r.batch, contexts.c_str(), attend_us, gb_per_s, gb_per_s / 48, store_us);
 }
@@ -255,9 +264,10 @@ int main(int argc, char** argv) {
   try {
     cudaDeviceProp props{};
     check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
-    std::printf("device %s; %d heads / %d kv heads, head_dim %d, BF16, %sblock %d, %d layers, decode (1 query each)\n",
+    std::printf("device %s; %d heads / %d kv heads, head_dim %d, BF16, %sblock %d, %d layers, %s\n",
                 props.name, options.heads, options.kv_heads, options.head_dim,
-                options.fp8 ? "KV cache FP8 E4M3 + scales, " : "", options.block_size, options.layers);
+                options.fp8 ? "KV cache FP8 E4M3 + scales, " : "", options.block_size, options.layers,
+                options.runs[0].queries == 1 ? "decode (1 query each)" : "prompt chunks (causal)");
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     for (const Run& r : options.runs) run(options, r, stream);

@@ -88,17 +88,27 @@ __device__ inline float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ inline void store(float* p, float x) { *p = x; }
 __device__ inline void store(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
 
-// Element d of row (token, head) from its softmax-weighted value sum, weight sum and
-// maximum score (log2 units): the output itself when the sequence has one active split,
-// else the split's normalised partial and (once per row) its log-sum-exp for combine_splits.
+// Elements [d, d + N) of row (token, head) from their softmax-weighted value sums and the
+// row's weight sum and maximum score (log2 units): the output itself when the sequence has
+// one active split, else the split's normalised partial and (once per row) its log-sum-exp
+// for combine_splits. N = 2 stores a pair at once (d even).
+template <int N>
 __device__ inline void write_result(bf16* out, float* partial_out, float* partial_lse, const Geometry& geo, int active,
-                                    int split, int64_t token, int head, int d, float value, float sum, float max) {
+                                    int split, int64_t token, int head, int d, const float (&values)[N], float sum,
+                                    float max) {
+  static_assert(N == 1 || N == 2);
   const float inverse = sum > 0 ? 1.f / sum : 0.f;
   if (active == 1) {
-    out[(token * geo.heads + head) * geo.head_dim + d] = __float2bfloat16_rn(value * inverse);
+    bf16* to = out + (token * geo.heads + head) * geo.head_dim + d;
+    if constexpr (N == 2)
+      *reinterpret_cast<__nv_bfloat162*>(to) = __floats2bfloat162_rn(values[0] * inverse, values[1] * inverse);
+    else
+      *to = __float2bfloat16_rn(values[0] * inverse);
   } else {
     const int64_t partial_row = (static_cast<int64_t>(split) * geo.tokens + token) * geo.heads + head;
-    partial_out[partial_row * geo.head_dim + d] = value * inverse;
+    float* to = partial_out + partial_row * geo.head_dim + d;
+    if constexpr (N == 2) *reinterpret_cast<float2*>(to) = make_float2(values[0] * inverse, values[1] * inverse);
+    else *to = values[0] * inverse;
     if (d == 0) partial_lse[partial_row] = sum > 0 ? max + log2f(sum) : -INFINITY;
   }
 }
@@ -290,16 +300,19 @@ __device__ bool find_tile(const int* cu_queries, const int* context_lens, const 
   return hit;
 }
 
-template <int D, int RowTiles>
+// Q, then K and V chunks in `stages`: two for cp.async's prefetch of a BF16 cache; one for
+// an F8_E4M3 cache (Coded), whose next chunk waits in registers until this one is done.
+template <int D, int RowTiles, bool Coded>
 struct TileShared {
   static constexpr int stride = kPaddedStride<D>;
+  static constexpr int stages = Coded ? 1 : 2;
   static constexpr int q_elements = 16 * RowTiles * stride;
   static constexpr int chunk_elements = kChunk * stride;
-  static constexpr int bytes = (q_elements + 4 * chunk_elements) * 2;  // Q; K and V twice
-  // After the key loop the K/V chunks hold each warp's state: [warp][16 rows][state_stride]
+  static constexpr int bytes = (q_elements + 2 * stages * chunk_elements) * 2;
+  // After the key loop the whole of it holds each warp's state: [warp][16 rows][state_stride]
   // FP32 output rows, then [warp][16] maxima and sums.
   static constexpr int state_stride = D + 8;
-  static_assert((kWarps * 16 * state_stride + 2 * kWarps * 16) * 4 <= 4 * chunk_elements * 2);
+  static_assert((kWarps * 16 * state_stride + 2 * kWarps * 16) * 4 <= bytes);
 };
 
 // An F8_E4M3 cache (Coded) reaches shared memory as BF16 through registers: a thread
@@ -310,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
     attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                  CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
                  const int* context_lens, const int* block_tables, Geometry geo) {
-  using Shared = TileShared<D, RowTiles>;
+  using Shared = TileShared<D, RowTiles, Coded>;
   extern __shared__ __align__(16) unsigned char shared[];
   Tile tile;
   if (!find_tile(cu_queries, context_lens, geo, blockIdx.x, tile)) return;
@@ -335,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
 
   bf16* q_tile = reinterpret_cast<bf16*>(shared);
   bf16* k_chunks = q_tile + Shared::q_elements;
-  bf16* v_chunks = k_chunks + 2 * Shared::chunk_elements;
+  bf16* v_chunks = k_chunks + Shared::stages * Shared::chunk_elements;
   const int* table = block_tables + static_cast<int64_t>(tile.sequence) * geo.max_blocks;
   // Element offset of column `col` of key `key` in the cache, or -1 for a key past key_end
   // or a block outside the cache (which read as zeros).
@@ -378,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
-  const auto write_codes = [&](int stage) {
+  const auto write_codes = [&] {
     const auto put = [](bf16* to, const uint4& codes, float scale) {
       float x[16];
       unpack_e4m3x16(codes, x);
@@ -392,7 +405,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kPieces; ++i) {
       const int c = threadIdx.x + i * kThreads, r = c / (D / 16), col = c % (D / 16) * 16;
       if (c >= kChunk * D / 16) continue;
-      const int at = stage * Shared::chunk_elements + r * Shared::stride + col;
+      const int at = r * Shared::stride + col;
       put(k_chunks + at, key_codes[i], key_scale[i]);
       put(v_chunks + at, value_codes[i], value_scale[i]);
     }
@@ -419,14 +432,14 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (Coded) {
       copy_async_commit();
       load_codes(0);
-      write_codes(0);
+      write_codes();
     } else {
       load_chunk(0, 0);  // one group with Q
     }
   }
   unsigned q_frag[D / 16][4];
   for (int n = 0; n < chunks; ++n) {
-    const int stage = n & 1;
+    const int stage = Coded ? 0 : n & 1;
     if constexpr (Coded) {
       if (n + 1 < chunks) load_codes(n + 1);
       copy_async_wait<0>();  // Q
@@ -499,11 +512,27 @@ __global__ void __launch_bounds__(kThreads)
         mma(o[2 * n16 + 1], p, b[2], b[3]);
       }
     }
-    __syncthreads();  // the next iteration's prefetch, or the states below, overwrite this stage
-    if (Coded && n + 1 < chunks) write_codes(stage ^ 1);
+    __syncthreads();  // the next iteration's prefetch or codes, or the states below, overwrite this stage
+    if (Coded && n + 1 < chunks) write_codes();
   }
 
-  float* state = reinterpret_cast<float*>(k_chunks);
+  if (key_groups == 1) {  // each warp holds its 16 rows whole: nothing to merge
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = row_sum[half];
+      sum += __shfl_xor_sync(kFullMask, sum, 1);
+      sum += __shfl_xor_sync(kFullMask, sum, 2);
+      const int r = row_tile * 16 + lane / 4 + 8 * half;
+      if (r >= rows) continue;
+      const int64_t token = tile.seq.start + tile.first_query + r / slice_heads;
+#pragma unroll
+      for (int n8 = 0; n8 < D / 8; ++n8)
+        write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + r % slice_heads,
+                     n8 * 8 + 2 * (lane % 4), {o[n8][2 * half], o[n8][2 * half + 1]}, sum, row_max[half]);
+    }
+    return;
+  }
+  float* state = reinterpret_cast<float*>(shared);
   float* state_max = state + kWarps * 16 * Shared::state_stride;
   float* state_sum = state_max + kWarps * 16;
 #pragma unroll
@@ -537,7 +566,7 @@ __global__ void __launch_bounds__(kThreads)
       value += weight * state[w * Shared::state_stride + d];
     }
     const int64_t token = tile.seq.start + tile.first_query + r / slice_heads;
-    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + r % slice_heads, d, value, sum,
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + r % slice_heads, d, {value}, sum,
                  best);
   }
 }
@@ -865,7 +894,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
       const float* other = reinterpret_cast<const float*>(shared + w * kStages * Layout::stage_bytes);
       merge_state(max, sum, value, other[G * D + query], other[G * D + G + query], other[query * D + d]);
     }
-    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + query, d, value, sum, max);
+    write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + query, d, {value}, sum, max);
   }
 }
 
@@ -1027,10 +1056,10 @@ void allow_shared(Kernel kernel, int bytes, const char* what) {
 
 template <int D>
 void allow_tile_shared() {
-  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4>::bytes, "attend");
-  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1, false>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4, false>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1, true>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4, true>::bytes, "attend");
 }
 
 template <int D, int G, bool Coded>
@@ -1251,8 +1280,8 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
                       static_cast<unsigned>(plan.splits));
       with_head_dim(geo.head_dim, [&](auto dim) {
         constexpr int Dim = decltype(dim)::value;
-        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1>::bytes);
-        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4>::bytes);
+        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1, Coded>::bytes);
+        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4, Coded>::bytes);
       });
     }
   });

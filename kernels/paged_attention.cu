@@ -318,8 +318,10 @@ struct TileShared {
 // An F8_E4M3 cache (Coded) reaches shared memory as BF16 through registers: a thread
 // loads its 16-code pieces of the next chunk before the current chunk's products and
 // writes them, times their scales, after.
+// Blocks of 64 rows over a coded cache are built for 3 an SM (see q_frag); the others leave
+// the register count to the compiler (a minimum of 0 blocks).
 template <int D, int RowTiles, bool Coded>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
     attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                  CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
                  const int* context_lens, const int* block_tables, Geometry geo) {
@@ -437,7 +439,10 @@ __global__ void __launch_bounds__(kThreads)
       load_chunk(0, 0);  // one group with Q
     }
   }
-  unsigned q_frag[D / 16][4];
+  // Q's fragments stay in registers for a BF16 cache, whose two shared stages allow 2 blocks
+  // an SM anyway; a coded cache's kernel reads them from shared memory at each use, which
+  // keeps it within the registers of 3 blocks an SM.
+  unsigned q_frag[Coded ? 1 : D / 16][4];
   for (int n = 0; n < chunks; ++n) {
     const int stage = Coded ? 0 : n & 1;
     if constexpr (Coded) {
@@ -450,7 +455,7 @@ __global__ void __launch_bounds__(kThreads)
       copy_async_wait<0>();
     }
     __syncthreads();
-    if (n == 0) {
+    if (!Coded && n == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, row_tile * 16, kk * 16, lane);
     }
@@ -460,10 +465,12 @@ __global__ void __launch_bounds__(kThreads)
       float s[2][4] = {};
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        unsigned b[4];
+        unsigned a[4], b[4];
+        if constexpr (Coded) load_a<D>(a, q_tile, row_tile * 16, kk * 16, lane);
         load_b_rows_n<D>(b, keys, sub * 16, kk * 16, lane);
-        mma(s[0], q_frag[kk], b[0], b[1]);
-        mma(s[1], q_frag[kk], b[2], b[3]);
+        const unsigned(&q_part)[4] = Coded ? a : q_frag[Coded ? 0 : kk];
+        mma(s[0], q_part, b[0], b[1]);
+        mma(s[1], q_part, b[2], b[3]);
       }
       const int key_base = key_begin + n * kChunk + sub * 16 + 2 * (lane % 4);
 #pragma unroll

@@ -1,4 +1,4 @@
-// Speed of the rollout engine's decode attention (kernels/paged_attention.cu) at
+// Speed of the rollout engine's paged attention (kernels/paged_attention.cu) at
 // Qwen3-0.6B's shape: 16 query heads, 8 kv heads, head_dim 128, BF16, blocks of 16 tokens
 // handed out in a shuffled order.
 //
@@ -10,8 +10,9 @@
 //
 // Standard table: batch 256 at contexts 128, 256 and 512 and at contexts spread over
 // 64..448 (as an engine's batch is), batch 64 at 256, 512 and 2048, and batch 8 at 2048
-// (few sequences: split-K). --queries Q makes each sequence's last Q tokens new (a prompt
-// chunk, causal, as a prefill step runs them; Q = 1 is a decode step). One layer-call is attend for one layer's cache (store is
+// (few sequences: split-K), all decode steps. --queries Q makes each sequence's last Q
+// tokens new (a prompt chunk, causal, as a prefill step runs them; 1 is a decode step).
+// One layer-call is attend for one layer's cache (store, of the step's new K and V rows, is
 // timed apart). The calls cycle through `layers` caches, as a model's layers do, so that
 // the KV read comes from HBM and not from the 50 MB L2; a CUDA graph of one pass over the layers is replayed `repeat`
 // times. Bandwidth counts the K and V rows read once (the contexts' sum × 2 × kv_width ×
@@ -54,7 +55,7 @@ struct Options {
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "bench_paged_attention: %s\nusage: bench_paged_attention [--batch B --context C|LO-HI] [--heads H] "
-               "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R] [--kv bf16|fp8]\n",
+               "[--kv-heads K] [--head-dim D] [--block-size S] [--layers L] [--repeat R] [--kv bf16|fp8] [--queries Q]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -95,6 +96,7 @@ Options parse(int argc, char** argv) {
     else usage("unknown option '" + flag + "'");
   }
   if ((batch == 0) != (min_context == 0)) usage("--batch and --context go together");
+  if (queries > 1 && !batch) usage("--queries goes with --batch and --context");
   if (queries > min_context && batch) usage("--queries must not exceed the shortest context");
   if (batch) options.runs = {{batch, min_context, max_context, queries}};
   else

@@ -25,7 +25,37 @@ struct Ring {
 
 std::vector<std::unique_ptr<Ring>> rings;
 MPI_Group job_group = MPI_GROUP_NULL;
+MPI_Comm probes = MPI_COMM_NULL;  // the job's ranks, for "are you waiting too?" and its answer
+int probe_serial = 0;             // of this rank's latest question
 double timeout = 0;
+constexpr int kQuestionTag = 1, kAnswerTag = 2;
+
+// Answers every question that has come in: this rank is waiting itself, so it is alive.
+void answer_questions() {
+  for (;;) {
+    int pending = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kQuestionTag, probes, &pending, &status);
+    if (!pending) return;
+    int serial = 0;
+    MPI_Recv(&serial, 1, MPI_INT, status.MPI_SOURCE, kQuestionTag, probes, MPI_STATUS_IGNORE);
+    MPI_Send(&serial, 1, MPI_INT, status.MPI_SOURCE, kAnswerTag, probes);
+  }
+}
+
+// Whether `rank` has answered this rank's latest question; answers to earlier ones,
+// come in after their collective completed, are dropped.
+bool answered(int rank) {
+  bool found = false;
+  for (;;) {
+    int pending = 0;
+    MPI_Iprobe(rank, kAnswerTag, probes, &pending, MPI_STATUS_IGNORE);
+    if (!pending) return found;
+    int serial = 0;
+    MPI_Recv(&serial, 1, MPI_INT, rank, kAnswerTag, probes, MPI_STATUS_IGNORE);
+    found = found || serial == probe_serial;
+  }
+}
 
 Ring* ring_of(MPI_Comm comm) {
   for (const auto& ring : rings)
@@ -46,6 +76,8 @@ void set_stall_timeout(MPI_Comm comm, double timeout_seconds) {
   rings.clear();
   if (job_group != MPI_GROUP_NULL) MPI_Group_free(&job_group);
   MPI_Comm_group(comm, &job_group);
+  if (probes != MPI_COMM_NULL) MPI_Comm_free(&probes);
+  MPI_Comm_dup(comm, &probes);
   timeout = timeout_seconds;
   guard_collectives_on(comm);
 }
@@ -87,11 +119,13 @@ void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const 
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(0);
   bool reported = false;
+  double asked_at = -1;  // when the silent neighbour was asked whether it waits too
   for (;;) {
     int done = 0;
     MPI_Testall(4, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
     if (between_tests) between_tests();
+    if (timeout > 0) answer_questions();
     // Once every rank has arrived the bytes are moving, and MPI moves them only while it
     // is called: a large message sent in shared-memory fragments would wait up to a
     // sleep per fragment (a 2.4 GB all-reduce at MB/s). Until then a late rank is
@@ -103,12 +137,20 @@ void wait_for_ranks(MPI_Request request, const char* what, MPI_Comm comm, const 
       int left_arrived = 0;
       MPI_Test(&requests[kTokenIn], &left_arrived, MPI_STATUS_IGNORE);
       // The silent neighbour may itself be waiting, in another collective, on the rank that
-      // stopped, and that wait times out about now too: it is named only after a grace, so
-      // that the stopped rank's own neighbour names it first.
+      // stopped: it is asked, and answers from its own wait. One that does not answer within
+      // a grace has stopped (or has been busy outside every collective for longer than the
+      // timeout) and is named.
       if (ring && !left_arrived) {
-        if (waited > timeout + std::min(1.0, timeout / 4))
+        if (asked_at < 0) {
+          ++probe_serial;
+          MPI_Send(&probe_serial, 1, MPI_INT, ring->left_job_rank, kQuestionTag, probes);
+          asked_at = waited;
+        } else if (answered(ring->left_job_rank)) {
+          reported = true;  // it waits too, on a rank further on: that rank's neighbour names it
+        } else if (waited > asked_at + std::min(1.0, timeout / 4)) {
           end_job("rank " + std::to_string(ring->left_job_rank) + " has not reached " + what + " for " +
                   format_fixed(waited, 1) + " s (world.stall-timeout): it stopped answering; ending the job");
+        }
       } else {
         reported = true;  // the silent rank is further round the ring: its neighbour names it
       }

@@ -5,7 +5,9 @@
 // testing without sleeps, since MPI moves a large message only while it is called.
 // Each guarded collective also passes a token around the ring of its communicator's ranks,
 // so when one does not complete within world.stall-timeout the rank after the silent one
-// names it and the collective it did not reach, and the job ends (exit code 1). Each
+// names it and the collective it did not reach, and the job ends (exit code 1). It asks
+// first: a silent rank that is itself waiting (in any collective) answers, and is left to
+// name the rank it waits for, so that the rank that stopped is the one named. Each
 // communicator has its own ring: ranks that split into groups (trainer and rollout ranks)
 // run different numbers of collectives, and a token must only wait on a rank that joins
 // the same collective.

@@ -40,11 +40,15 @@ void CudaOps::synchronize() const {
 }
 
 void CudaOps::copy_from_host(const Tensor& dst, const void* src) {
+  // The host buffer may be a temporary of the caller: the copy completes before returning.
+  queue_copy_from_host(dst, src);
+  synchronize();
+}
+
+void CudaOps::queue_copy_from_host(const Tensor& dst, const void* src) {
   if (!dst.data || dst.device != Device::CUDA || !dst.is_contiguous())
     throw std::invalid_argument("CudaOps::copy_from_host: destination " + dst.describe());
-  // The host buffer may be a temporary of the caller: the copy completes before returning.
   check_cuda(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy_from_host");
-  synchronize();
 }
 
 void CudaOps::zero(const Tensor& dst) { cuda::zero(dst, stream_); }

@@ -105,6 +105,7 @@ TEST_P(GpuEngineF32, MatchesTheCpuEngineTokenForToken) {
       EXPECT_NEAR(got[r].logprobs[t], expected[r].logprobs[t], fp8 ? 5e-3 : 1e-4) << "request " << r << " token " << t;
   }
   EXPECT_GE(gpu.stats().graphs_captured, 3) << "the shrinking decode batch should have used several graph sizes";
+  EXPECT_GT(gpu.stats().steps_planned_ahead, 0);
   EXPECT_EQ(gpu.free_blocks(), gpu.total_blocks());
   EXPECT_EQ(gpu.cache_geometry().dtype, fp8 ? DType::F8_E4M3 : DType::F32);
 }

@@ -9,7 +9,9 @@
 //   token is the inverse CDF of u over the kept set in INDEX order (the GPU's order) for
 //   all but 0.01% of rows; and a chi-square test of 200,000 draws in one launch against the
 //   exact truncated distribution (p = 1e-4; seeds fixed, so the test is deterministic);
-// - a CUDA graph of launch() replayed with new draws.
+// - a CUDA graph of launch() replayed with new draws;
+// - the token feed of a step queued ahead (kernels/token_feed.cu through CudaRowSampler)
+//   against CpuRowSampler's, from the same greedy rows: the same ids.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -20,6 +22,8 @@
 #include <random>
 #include <vector>
 
+#include "rollout/cpu_row_sampler.h"
+#include "rollout/cuda_row_sampler.h"
 #include "rollout/cuda_sampler.h"
 #include "rollout/sampler.h"
 #include "support.h"
@@ -69,7 +73,7 @@ std::vector<SampledToken> gpu_sample(const std::vector<float>& logits, int64_t r
   CudaSampler sampler(rows);
   sampler.stage(params, u, nullptr);
   sampler.launch(device.tensor, nullptr);
-  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  sampler.send(nullptr);
   return sampler.results(rows);
 }
 
@@ -283,7 +287,7 @@ TEST(GpuSampling, GraphReplayWithNewDraws) {
     for (int64_t b = 0; b < kRows; ++b) u[b] = params[b].temperature == 0 ? 0 : float_draw(rng);
     sampler.stage(params, u, stream);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    sampler.send(stream);
     const std::vector<SampledToken> gpu = sampler.results(kRows);
     for (int64_t b = 0; b < kRows; ++b) {
       const std::span<const float> row(logits.data() + b * V, V);
@@ -300,5 +304,51 @@ TEST(GpuSampling, GraphReplayWithNewDraws) {
   EXPECT_GT(changed, kRows / 3) << "new draws should move most sampled rows";
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(GpuSampling, TokenFeedTakesTheLastLaunchsTokensAsTheCpuDoes) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  constexpr int64_t kRows = 37, V = 1000, kTokens = 300;
+  std::mt19937_64 rng(21);
+  std::vector<float> logits = random_logits(kRows, V, DType::F32, rng);
+  const std::vector<SampleRow> rows(kRows);  // greedy: both sides take the argmax
+  std::vector<int32_t> from_rows(kTokens), token_ids(kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    from_rows[t] = static_cast<int32_t>(rng() % (kRows + 1)) - 1;  // -1: the id stays
+    token_ids[t] = static_cast<int32_t>(rng() % V);
+  }
+
+  CpuRowSampler cpu;
+  cpu.stage(rows);
+  cpu.launch(Tensor::view(logits.data(), DType::F32, Device::CPU, {kRows, V}));
+  std::vector<int32_t> expected = token_ids;
+  cpu.feed(Tensor::view(expected.data(), DType::I32, Device::CPU, {kTokens}),
+           Tensor::view(from_rows.data(), DType::I32, Device::CPU, {kTokens}));
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceLogits device_logits(logits, kRows, V, DType::F32);
+  void* ints = nullptr;
+  ASSERT_EQ(cudaMalloc(&ints, 2 * kTokens * sizeof(int32_t)), cudaSuccess);
+  const Tensor device_ids = Tensor::view(ints, DType::I32, Device::CUDA, {kTokens});
+  const Tensor device_rows = Tensor::view(static_cast<int32_t*>(ints) + kTokens, DType::I32, Device::CUDA, {kTokens});
+  copy_host_to_tensor(device_ids, token_ids.data());
+  copy_host_to_tensor(device_rows, from_rows.data());
+  {
+    CudaRowSampler gpu(stream, 64);
+    gpu.stage(rows);
+    gpu.launch(device_logits.tensor);
+    gpu.feed(device_ids, device_rows);
+    gpu.send();
+    const std::span<const SampledToken> sampled = gpu.results();
+    const std::span<const SampledToken> cpu_sampled = cpu.results();
+    for (int64_t b = 0; b < kRows; ++b) ASSERT_EQ(sampled[b].id, cpu_sampled[b].id) << "row " << b;
+  }
+  std::vector<int32_t> got(kTokens);
+  copy_tensor_to_host(got.data(), device_ids);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(expected, token_ids) << "some ids should have been fed";
+  cudaFree(ints);
   cudaStreamDestroy(stream);
 }

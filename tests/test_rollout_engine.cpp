@@ -188,6 +188,37 @@ TEST_P(EngineVariant, Fp8CacheBatchesAsAloneAndStaysNearTheTrainersLogprobs) {
   EXPECT_LT(worst, 0.25);
 }
 
+// Planning each decode step while the one before runs (the default) against planning it
+// after the results: with stops by token id that land while the next step is queued, a
+// queue of waiting requests, prompts in chunks and preemption, every request gets the
+// same completion, token for token.
+TEST_P(EngineVariant, PlanningAheadGivesTheCompletionsOfPlanningAfterTheResults) {
+  RolloutRig rig(config());
+  std::vector<GenerationRequest> requests = mixed_requests(rig.model.config.vocab);
+  for (GenerationRequest& request : requests) request.sampling.stop_token_ids = {3, 11, 17};
+  EngineOptions queueing = small_engine_options();
+  queueing.max_running = 3;
+  queueing.max_step_tokens = 8;
+  EngineOptions few_blocks = small_engine_options();
+  few_blocks.kv_cache_bytes = 14 * KvCacheGeometry::for_blocks(rig.model.config, 1, 4, DType::F32).block_bytes();
+  int stopped = 0;
+  for (EngineOptions options : {small_engine_options(), queueing, few_blocks}) {
+    options.plan_ahead = false;
+    auto after = rig.make_engine(options);
+    const std::vector<Completion> expected = after->generate(requests);
+    options.plan_ahead = true;
+    auto ahead = rig.make_engine(options);
+    expect_same_completions(ahead->generate(requests), expected);
+    EXPECT_EQ(after->stats().steps_planned_ahead, 0);
+    EXPECT_GT(ahead->stats().steps_planned_ahead, 0);
+    EXPECT_EQ(ahead->stats().generated_tokens, after->stats().generated_tokens);
+    EXPECT_EQ(ahead->free_blocks(), ahead->total_blocks());
+    EXPECT_FALSE(ahead->has_work());
+    for (const Completion& completion : expected) stopped += completion.finish == FinishReason::Stop;
+  }
+  EXPECT_GT(stopped, 3) << "the test needs stops; change the stop ids";
+}
+
 TEST_P(EngineVariant, PreemptionRecomputesAndKeepsTheTokens) {
   RolloutRig rig(config());
   const std::vector<GenerationRequest> requests = mixed_requests(rig.model.config.vocab);
@@ -364,6 +395,7 @@ TEST(EngineAbort, AbortEndsEveryRequestAndFreesEveryBlock) {
     engine->submit(request);
   }
   for (int s = 0; s < 6; ++s) EXPECT_TRUE(engine->step().empty());
+  EXPECT_GT(engine->stats().steps_planned_ahead, 0);  // a step is queued: its tokens are dropped
   EXPECT_EQ(engine->running(), 2u);
   EXPECT_EQ(engine->waiting(), 3u);
   EXPECT_LT(engine->free_blocks(), engine->total_blocks());
@@ -374,6 +406,7 @@ TEST(EngineAbort, AbortEndsEveryRequestAndFreesEveryBlock) {
   for (const Completion& completion : aborted) {
     EXPECT_EQ(completion.finish, FinishReason::Abort);
     EXPECT_EQ(completion.tokens.size(), completion.logprobs.size());
+    for (int32_t token : completion.tokens) EXPECT_GE(token, 0);
     with_tokens += !completion.tokens.empty();
   }
   EXPECT_EQ(with_tokens, 2u);  // the two that were running

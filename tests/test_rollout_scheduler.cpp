@@ -213,6 +213,60 @@ TEST(RolloutScheduler, TakeAllReleasesEveryBlock) {
   EXPECT_TRUE(scheduler.schedule().empty());
 }
 
+// As the engine queues a step: every chunk's tokens computed, and a placeholder token
+// appended to each sequence whose chunk reaches its end.
+void queue(const std::vector<ScheduledChunk>& chunks) {
+  for (const ScheduledChunk& chunk : chunks) {
+    Sequence& s = *chunk.sequence;
+    const bool samples = chunk.tokens == s.pending();
+    s.computed += chunk.tokens;
+    if (samples) s.tokens.push_back(Sequence::kUnsampled);
+  }
+}
+
+// Planning a step ahead: only the running sequences' decodes, with blocks granted at a
+// boundary; nothing at all (and nothing changed) where the step would need more.
+TEST(RolloutScheduler, DecodesPlannedAheadAreOnlyDecodes) {
+  BlockAllocator allocator(6);
+  Scheduler scheduler({2, 16}, allocator, 4);
+  scheduler.add(make_sequence(0, 4, 3, 0));  // its first sample's token starts a second block
+  scheduler.add(make_sequence(1, 6, 1, 1));  // has all its tokens after the first step
+  queue(scheduler.schedule());
+  EXPECT_EQ(allocator.free_count(), 3);
+
+  std::vector<ScheduledChunk> next = scheduler.schedule_decodes();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].sequence->request.id, 0u);
+  EXPECT_EQ(next[0].sequence->blocks.size(), 2u);
+  EXPECT_EQ(allocator.free_count(), 2);
+
+  // A waiting sequence with a place free (the finished one's): planned after the results.
+  scheduler.add(make_sequence(2, 3, 2, 2));
+  queue(next);
+  EXPECT_TRUE(scheduler.schedule_decodes().empty());
+  EXPECT_EQ(allocator.free_count(), 2);
+}
+
+TEST(RolloutScheduler, DecodesPlannedAheadDeclineWhatNeedsMore) {
+  {  // a prompt in chunks: its next chunk is no decode
+    BlockAllocator allocator(8);
+    Scheduler scheduler({2, 4}, allocator, 4);
+    scheduler.add(make_sequence(0, 10, 3, 0));
+    queue(scheduler.schedule());
+    EXPECT_TRUE(scheduler.schedule_decodes().empty());
+  }
+  {  // two boundaries to cross and one block free: that step preempts, so not now
+    BlockAllocator allocator(5);
+    Scheduler scheduler({2, 16}, allocator, 4);
+    scheduler.add(make_sequence(0, 8, 5, 0));
+    scheduler.add(make_sequence(1, 8, 5, 1));
+    queue(scheduler.schedule());
+    EXPECT_EQ(allocator.free_count(), 1);
+    EXPECT_TRUE(scheduler.schedule_decodes().empty());
+    EXPECT_EQ(allocator.free_count(), 1);
+  }
+}
+
 TEST(RolloutScheduler, RefusesABudgetBelowTheRunningLimit) {
   BlockAllocator allocator(4);
   EXPECT_THROW(Scheduler({8, 4}, allocator, 4), std::invalid_argument);

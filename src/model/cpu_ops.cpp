@@ -101,6 +101,8 @@ void CpuOps::copy_from_host(const Tensor& dst, const void* src) {
   std::memcpy(dst.data, src, dst.nbytes());
 }
 
+void CpuOps::queue_copy_from_host(const Tensor& dst, const void* src) { copy_from_host(dst, src); }
+
 void CpuOps::zero(const Tensor& dst) {
   if (dst.device != Device::CPU) throw std::invalid_argument("CpuOps::zero: destination " + dst.describe());
   std::memset(dst.data, 0, dst.nbytes());

@@ -16,6 +16,7 @@ class CpuOps final : public Ops {
   Device device() const override { return Device::CPU; }
 
   void copy_from_host(const Tensor& dst, const void* src) override;
+  void queue_copy_from_host(const Tensor& dst, const void* src) override;
   void zero(const Tensor& dst) override;
   void copy(const Tensor& dst, const Tensor& src) override;
 

@@ -30,6 +30,7 @@ class CudaOps final : public Ops {
   void synchronize() const;
 
   void copy_from_host(const Tensor& dst, const void* src) override;
+  void queue_copy_from_host(const Tensor& dst, const void* src) override;
   void zero(const Tensor& dst) override;
   void copy(const Tensor& dst, const Tensor& src) override;
 

@@ -40,6 +40,10 @@ class Ops {
 
   // Host -> this backend's memory, dst.nbytes() bytes.
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
+  // The same copy queued behind the backend's work without waiting for it: `src` must stay
+  // unchanged until the work queued after the copy has run (pinned memory on CUDA, which
+  // the copy engine reads when the copy's turn comes).
+  virtual void queue_copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void zero(const Tensor& dst) = 0;
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
 

@@ -1,5 +1,6 @@
-// RowSampler on the GPU: CudaSampler on the engine's stream. results() waits for the
-// stream, so a step's tokens are read after the step's graph (or kernels) has run.
+// RowSampler on the GPU: CudaSampler on the engine's stream, and the token feed
+// (kernels/token_feed.cuh) from its sampled ids. results() waits for an event recorded
+// after the step's results copy, not for the stream, which may already hold the next step.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,7 +16,9 @@ class CudaRowSampler final : public RowSampler {
   CudaRowSampler(cudaStream_t stream, int64_t max_rows) : stream_(stream), sampler_(max_rows) {}
 
   void stage(std::span<const SampleRow> rows) override;
+  void feed(const Tensor& token_ids, const Tensor& from_rows) override;
   void launch(const Tensor& logits) override { sampler_.launch(logits, stream_); }
+  void send() override;
   std::span<const SampledToken> results() override;
 
  private:
@@ -23,6 +26,7 @@ class CudaRowSampler final : public RowSampler {
   CudaSampler sampler_;
   std::vector<SamplingParams> params_;
   std::vector<double> draws_;
+  std::vector<int64_t> sent_rows_;  // the staged rows of each launch sent and not read, oldest first
   std::vector<SampledToken> results_;
 };
 

@@ -1,7 +1,6 @@
 #include "rollout/cuda_row_sampler.h"
 
-#include <stdexcept>
-#include <string>
+#include "token_feed.cuh"
 
 namespace tandem {
 
@@ -15,10 +14,19 @@ void CudaRowSampler::stage(std::span<const SampleRow> rows) {
   sampler_.stage(params_, draws_, stream_);
 }
 
+void CudaRowSampler::feed(const Tensor& token_ids, const Tensor& from_rows) {
+  cuda::feed_tokens(token_ids, from_rows, sampler_.sampled_ids(), stream_);
+}
+
+void CudaRowSampler::send() {
+  sampler_.send(stream_);
+  sent_rows_.push_back(static_cast<int64_t>(params_.size()));
+}
+
 std::span<const SampledToken> CudaRowSampler::results() {
-  if (const cudaError_t status = cudaStreamSynchronize(stream_); status != cudaSuccess)
-    throw std::runtime_error(std::string("engine step failed on the GPU: ") + cudaGetErrorString(status));
-  results_ = sampler_.results(static_cast<int64_t>(params_.size()));
+  const int64_t rows = sent_rows_.empty() ? 0 : sent_rows_.front();
+  results_ = sampler_.results(rows);  // throws when nothing was sent
+  sent_rows_.erase(sent_rows_.begin());
   return results_;
 }
 

@@ -5,8 +5,10 @@
 // (draw_uniform in rollout/sampler.h), so the CPU Sampler given the same draws is the twin.
 //
 // Per step: stage() (host), launch() (capturable in a CUDA graph: fixed buffers, no
-// allocation, no sync), synchronise the stream, results(). stage() overwrites the pinned
-// buffer its previous copy read from, so it must follow the previous step's sync.
+// allocation, no sync), send() (outside a graph: queues the results' copy to the host),
+// then results() once the step has run. Two steps may be in flight: the pinned buffers
+// come in two slots, taken in turn, and a step's stage() must come after the results()
+// of the step two before it, whose slot it takes (it throws otherwise).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -30,25 +32,36 @@ class CudaSampler {
   // Row b samples with params[b] and the draw u[b] (unused when greedy); one async copy.
   void stage(std::span<const SamplingParams> params, std::span<const double> u, cudaStream_t stream);
   // Samples every row of logits [rows, V] (BF16 or F32, rows <= max_rows) with the
-  // parameters last staged, and queues the copy of the results to the host.
+  // parameters last staged.
   void launch(const Tensor& logits, cudaStream_t stream);
-  // The first `rows` results of the last launch, once its stream has been synchronised.
-  // Throws for a row whose logits held a NaN or +inf, or only -inf.
-  std::vector<SampledToken> results(int64_t rows) const;
+  // Queues the copy of the last launch's results to the host, behind it on `stream`.
+  void send(cudaStream_t stream);
+  // The first `rows` results of the oldest send not yet read; waits for them. A row whose
+  // logits held a NaN or +inf, or only -inf, has id -1.
+  std::vector<SampledToken> results(int64_t rows);
+  // The ids of the last launch on the device, I32 [max_rows]: the next step's token feed
+  // reads them there (kernels/token_feed.cuh).
+  Tensor sampled_ids() const { return device(kIds, DType::I32, max_rows_); }
 
  private:
+  static constexpr int kSlots = 2;
   // One layout on both sides, max_rows entries per field: the inputs are copied up in one
-  // piece, the outputs down in another.
+  // piece, the outputs down in another. The host has it once per slot.
   enum Field { kTemperature, kTopK, kTopP, kUniform, kIds, kLogprobs, kFields };
   static constexpr int kInputs = kIds;
   template <class T>
-  T* host(Field field) const { return reinterpret_cast<T*>(static_cast<char*>(host_) + field * max_rows_ * 4); }
+  T* host(int64_t step, Field field) const {
+    return reinterpret_cast<T*>(static_cast<char*>(host_) + ((step % kSlots) * kFields + field) * max_rows_ * 4);
+  }
   Tensor device(Field field, DType dtype, int64_t rows) const;
+  void release();  // frees what the constructor got
 
   int64_t max_rows_;
-  void* host_ = nullptr;    // pinned, kFields * max_rows 4-byte entries
-  void* device_ = nullptr;  // the same layout on the device
+  void* host_ = nullptr;    // pinned, kSlots * kFields * max_rows 4-byte entries
+  void* device_ = nullptr;  // kFields * max_rows entries
   void* workspace_ = nullptr;  // cuda::sample_tokens' tile sums for max_rows rows
+  cudaEvent_t copied_[kSlots] = {};  // recorded after each slot's results copy
+  int64_t staged_ = 0, sent_ = 0, read_ = 0;  // steps staged, sent and read so far
 };
 
 }  // namespace tandem

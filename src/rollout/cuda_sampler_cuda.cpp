@@ -19,20 +19,23 @@ void check_cuda(cudaError_t status, const char* what) {
 CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
   if (max_rows < 1) throw std::invalid_argument("CudaSampler: max_rows must be >= 1, got " + std::to_string(max_rows));
   const size_t bytes = kFields * static_cast<size_t>(max_rows) * 4;
-  check_cuda(cudaMallocHost(&host_, bytes), "cudaMallocHost of the staging buffer");
-  if (const cudaError_t status = cudaMalloc(&device_, bytes); status != cudaSuccess) {
-    cudaFreeHost(host_);
-    check_cuda(status, "cudaMalloc of the per-row buffers");
-  }
-  if (const cudaError_t status = cudaMalloc(&workspace_, cuda::sample_tokens_workspace_bytes(max_rows));
-      status != cudaSuccess) {
-    cudaFree(device_);
-    cudaFreeHost(host_);
-    check_cuda(status, "cudaMalloc of the sampling workspace");
+  try {
+    check_cuda(cudaMallocHost(&host_, kSlots * bytes), "cudaMallocHost of the staging buffers");
+    check_cuda(cudaMalloc(&device_, bytes), "cudaMalloc of the per-row buffers");
+    check_cuda(cudaMalloc(&workspace_, cuda::sample_tokens_workspace_bytes(max_rows)),
+               "cudaMalloc of the sampling workspace");
+    for (cudaEvent_t& event : copied_) check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  } catch (...) {
+    release();
+    throw;
   }
 }
 
-CudaSampler::~CudaSampler() {
+CudaSampler::~CudaSampler() { release(); }
+
+void CudaSampler::release() {
+  for (cudaEvent_t event : copied_)
+    if (event) cudaEventDestroy(event);
   cudaFree(workspace_);
   cudaFree(device_);
   cudaFreeHost(host_);
@@ -47,15 +50,20 @@ void CudaSampler::stage(std::span<const SamplingParams> params, std::span<const 
   if (rows > max_rows_ || u.size() != params.size())
     throw std::invalid_argument("CudaSampler::stage: " + std::to_string(rows) + " rows of parameters and " +
                                 std::to_string(u.size()) + " draws for at most " + std::to_string(max_rows_) + " rows");
+  if (staged_ - read_ >= kSlots)
+    throw std::logic_error("CudaSampler::stage: " + std::to_string(staged_ - read_) +
+                           " steps' results are still unread; their pinned slots are in use");
   for (int64_t b = 0; b < rows; ++b) {
-    host<float>(kTemperature)[b] = params[b].temperature;
-    host<int32_t>(kTopK)[b] = params[b].top_k;
-    host<float>(kTopP)[b] = params[b].top_p;
+    host<float>(staged_, kTemperature)[b] = params[b].temperature;
+    host<int32_t>(staged_, kTopK)[b] = params[b].top_k;
+    host<float>(staged_, kTopP)[b] = params[b].top_p;
     // Rounding to float must not reach 1: u = 1 would select past the last token.
-    host<float>(kUniform)[b] = std::fmin(static_cast<float>(u[b]), std::nextafter(1.0f, 0.0f));
+    host<float>(staged_, kUniform)[b] = std::fmin(static_cast<float>(u[b]), std::nextafter(1.0f, 0.0f));
   }
-  check_cuda(cudaMemcpyAsync(device_, host_, kInputs * max_rows_ * 4, cudaMemcpyHostToDevice, stream),
+  check_cuda(cudaMemcpyAsync(device_, host<char>(staged_, kTemperature), kInputs * max_rows_ * 4,
+                             cudaMemcpyHostToDevice, stream),
              "copy of the per-row parameters");
+  ++staged_;
 }
 
 void CudaSampler::launch(const Tensor& logits, cudaStream_t stream) {
@@ -69,22 +77,29 @@ void CudaSampler::launch(const Tensor& logits, cudaStream_t stream) {
                       Tensor::view(workspace_, DType::U8, Device::CUDA,
                                    {static_cast<int64_t>(cuda::sample_tokens_workspace_bytes(max_rows_))}),
                       stream);
-  check_cuda(cudaMemcpyAsync(host<char>(kIds), static_cast<char*>(device_) + kIds * max_rows_ * 4,
-                             (kFields - kIds) * max_rows_ * 4, cudaMemcpyDeviceToHost, stream),
-             "copy of the sampled tokens");
 }
 
-std::vector<SampledToken> CudaSampler::results(int64_t rows) const {
+void CudaSampler::send(cudaStream_t stream) {
+  if (sent_ - read_ >= kSlots)
+    throw std::logic_error("CudaSampler::send: " + std::to_string(sent_ - read_) + " results are still unread");
+  check_cuda(cudaMemcpyAsync(host<char>(sent_, kIds), static_cast<char*>(device_) + kIds * max_rows_ * 4,
+                             (kFields - kIds) * max_rows_ * 4, cudaMemcpyDeviceToHost, stream),
+             "copy of the sampled tokens");
+  check_cuda(cudaEventRecord(copied_[sent_ % kSlots], stream), "cudaEventRecord");
+  ++sent_;
+}
+
+std::vector<SampledToken> CudaSampler::results(int64_t rows) {
   if (rows > max_rows_)
     throw std::invalid_argument("CudaSampler::results: " + std::to_string(rows) + " rows of at most " +
                                 std::to_string(max_rows_));
+  if (read_ == sent_) throw std::logic_error("CudaSampler::results: no results were sent");
+  if (const cudaError_t status = cudaEventSynchronize(copied_[read_ % kSlots]); status != cudaSuccess)
+    throw std::runtime_error(std::string("the GPU failed before the sampled tokens came back: ") +
+                             cudaGetErrorString(status));
   std::vector<SampledToken> tokens(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    tokens[b] = {host<int32_t>(kIds)[b], host<float>(kLogprobs)[b]};
-    if (tokens[b].id < 0)
-      throw std::runtime_error("CudaSampler::results: the logits of row " + std::to_string(b) +
-                               " hold a NaN or +inf, or only -inf");
-  }
+  for (int64_t b = 0; b < rows; ++b) tokens[b] = {host<int32_t>(read_, kIds)[b], host<float>(read_, kLogprobs)[b]};
+  ++read_;
   return tokens;
 }
 

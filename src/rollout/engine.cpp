@@ -35,6 +35,7 @@ StepCapacity step_capacity(const EngineOptions& options, int64_t max_sequence_le
 void pad_decode_step(StepInputs& inputs, int64_t rows, int32_t padding_block, int block_size, int64_t max_blocks) {
   while (inputs.sequences() < rows) {
     inputs.token_ids.push_back(0);
+    inputs.from_rows.push_back(-1);
     inputs.positions.push_back(0);
     inputs.slots.push_back(padding_block * block_size);
     inputs.cu_queries.push_back(inputs.cu_queries.back() + 1);
@@ -95,24 +96,24 @@ int64_t Engine::graph_bucket(int64_t sequences) const {
   return std::min(bucket, forward_.capacity().max_sequences);
 }
 
-bool Engine::finished(const Sequence& sequence, FinishReason& reason, std::string& stop_string) const {
+bool Engine::finished(const Sequence& sequence, int64_t last, FinishReason& reason, std::string& stop_string) const {
   const SamplingParams& sampling = sequence.request.sampling;
-  const int32_t last = sequence.tokens.back();
-  if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), last) !=
+  const int64_t generated = last + 1 - static_cast<int64_t>(sequence.request.prompt.size());
+  if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), sequence.tokens[last]) !=
       sampling.stop_token_ids.end()) {
     reason = FinishReason::Stop;
     return true;
   }
   if (!sampling.stop_strings.empty()) {
     const std::span<const int32_t> completion(sequence.tokens.data() + sequence.request.prompt.size(),
-                                              static_cast<size_t>(sequence.generated()));
+                                              static_cast<size_t>(generated));
     if (auto stop = find_stop_string(*tokenizer_, completion, sampling.stop_strings)) {
       reason = FinishReason::Stop;
       stop_string = std::move(*stop);
       return true;
     }
   }
-  if (sequence.generated() >= sampling.max_new_tokens) {
+  if (generated >= sampling.max_new_tokens) {
     reason = FinishReason::Length;
     return true;
   }
@@ -132,20 +133,41 @@ Completion Engine::complete(std::unique_ptr<Sequence> sequence, FinishReason rea
 }
 
 std::vector<Completion> Engine::step() {
-  const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
-  if (chunks.empty()) {
-    if (has_work()) throw std::logic_error(options_.name + ": the scheduler found no work for queued requests");
-    return {};
+  if (queued_.empty()) {
+    const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
+    if (chunks.empty()) {
+      if (has_work()) throw std::logic_error(options_.name + ": the scheduler found no work for queued requests");
+      return {};
+    }
+    queue_step(chunks);
   }
+  if (options_.plan_ahead && queued_.size() == 1 && queued_.back().decodes_only) {
+    const std::vector<ScheduledChunk> next = scheduler_.schedule_decodes();
+    if (!next.empty()) {
+      queue_step(next);
+      ++stats_.steps_planned_ahead;
+    }
+  }
+  return apply_results();
+}
+
+void Engine::queue_step(const std::vector<ScheduledChunk>& chunks) {
   const int64_t block_size = options_.block_size, max_blocks = forward_.capacity().max_blocks;
   StepInputs inputs;
   inputs.block_tables.assign(chunks.size() * max_blocks, 0);
   std::vector<SampleRow> rows(chunks.size());
+  std::vector<bool> samples(chunks.size());
   bool decodes_only = true;
   for (size_t b = 0; b < chunks.size(); ++b) {
     Sequence& sequence = *chunks[b].sequence;
     for (int64_t p = sequence.computed; p < sequence.computed + chunks[b].tokens; ++p) {
-      inputs.token_ids.push_back(sequence.tokens[p]);
+      // A placeholder is the token that the step queued before samples: the device feeds it.
+      const bool unsampled = sequence.tokens[p] == Sequence::kUnsampled;
+      if (unsampled && (queued_.empty() || sequence.sampling_row < 0))
+        throw std::logic_error(options_.name + ": request " + std::to_string(sequence.request.id) +
+                               " has a token that no queued step samples");
+      inputs.token_ids.push_back(unsampled ? 0 : sequence.tokens[p]);
+      inputs.from_rows.push_back(unsampled ? sequence.sampling_row : -1);
       inputs.positions.push_back(static_cast<int32_t>(p));
       inputs.slots.push_back(static_cast<int32_t>(sequence.blocks[p / block_size] * block_size + p % block_size));
     }
@@ -153,7 +175,8 @@ std::vector<Completion> Engine::step() {
     inputs.context_lens.push_back(static_cast<int32_t>(sequence.computed + chunks[b].tokens));
     std::copy(sequence.blocks.begin(), sequence.blocks.end(), inputs.block_tables.begin() + b * max_blocks);
     decodes_only = decodes_only && chunks[b].tokens == 1;
-    if (chunks[b].tokens == sequence.pending()) {  // the sequence samples its next token in this step
+    samples[b] = chunks[b].tokens == sequence.pending();  // the chunk ends the known tokens
+    if (samples[b]) {
       const SamplingParams& sampling = sequence.request.sampling;
       rows[b] = {sampling.temperature, sampling.top_k, sampling.top_p, draw_uniform(sampling, sequence.rng)};
     }
@@ -167,31 +190,68 @@ std::vector<Completion> Engine::step() {
   forward_.stage(inputs);
   RowSampler& sampler = backend_->sampler();
   sampler.stage(rows);
-  backend_->run(graph, [&] { sampler.launch(forward_.run(cache_)); });
-  const std::span<const SampledToken> sampled = sampler.results();
+  backend_->run(graph, [&] {
+    sampler.feed(forward_.token_ids(), forward_.from_rows());
+    sampler.launch(forward_.run(cache_));
+  });
+  sampler.send();
   ++stats_.steps;
   stats_.forward_tokens += forward_tokens;
 
-  std::vector<Completion> done;
+  // The step is queued: its tokens count as computed, and each sampled one is a
+  // placeholder until the results come.
+  QueuedStep step;
+  step.decodes_only = decodes_only;
   for (size_t b = 0; b < chunks.size(); ++b) {
     Sequence& sequence = *chunks[b].sequence;
     sequence.computed += chunks[b].tokens;
-    if (sequence.pending() > 0) continue;  // a prompt chunk that is not the last
-    sequence.tokens.push_back(sampled[b].id);
+    if (samples[b]) {
+      sequence.tokens.push_back(Sequence::kUnsampled);
+      sequence.sampling_row = static_cast<int32_t>(b);
+    }
+    step.rows.push_back({&sequence, samples[b] ? static_cast<int64_t>(sequence.tokens.size()) - 1 : -1});
+  }
+  queued_.push_back(std::move(step));
+}
+
+std::vector<Completion> Engine::apply_results() {
+  const std::span<const SampledToken> sampled = backend_->sampler().results();
+  const QueuedStep step = std::move(queued_.front());
+  queued_.pop_front();
+  for (size_t b = 0; b < step.rows.size(); ++b)
+    if (step.rows[b].sequence && step.rows[b].token >= 0 && sampled[b].id < 0)
+      throw std::runtime_error(options_.name + ": request " + std::to_string(step.rows[b].sequence->request.id) +
+                               ": the logits it samples from hold a NaN or +inf, or only -inf");
+  std::vector<Completion> done;
+  for (size_t b = 0; b < step.rows.size(); ++b) {
+    const QueuedStep::Row& row = step.rows[b];
+    if (!row.sequence || row.token < 0) continue;
+    Sequence& sequence = *row.sequence;
+    sequence.tokens[row.token] = sampled[b].id;
     sequence.logprobs.push_back(sampled[b].logprob);
     ++stats_.generated_tokens;
+    const bool sampled_again = row.token + 1 < static_cast<int64_t>(sequence.tokens.size());  // by the step queued next
+    if (!sampled_again) sequence.sampling_row = -1;
     FinishReason reason{};
     std::string stop_string;
-    if (finished(sequence, reason, stop_string))
-      done.push_back(complete(scheduler_.finish(&sequence), reason, std::move(stop_string)));
+    if (!finished(sequence, row.token, reason, stop_string)) continue;
+    if (sampled_again) {  // the next step's row for it is dropped
+      queued_.front().rows[sequence.sampling_row].sequence = nullptr;
+      sequence.tokens.resize(row.token + 1);
+    }
+    done.push_back(complete(scheduler_.finish(&sequence), reason, std::move(stop_string)));
   }
   return done;
 }
 
 std::vector<Completion> Engine::abort() {
+  // Queued steps run out; the tokens they sample are dropped with their placeholders.
+  for (; !queued_.empty(); queued_.pop_front()) backend_->sampler().results();
   std::vector<Completion> aborted;
-  for (std::unique_ptr<Sequence>& sequence : scheduler_.take_all())
+  for (std::unique_ptr<Sequence>& sequence : scheduler_.take_all()) {
+    while (sequence->tokens.back() == Sequence::kUnsampled) sequence->tokens.pop_back();
     aborted.push_back(complete(std::move(sequence), FinishReason::Abort));
+  }
   return aborted;
 }
 

@@ -37,13 +37,15 @@ EngineForward::EngineForward(const ModelConfig& config, const ParameterSet& weig
   }
   if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)
     throw std::invalid_argument("EngineForward: capacity needs 1 <= max_sequences <= max_tokens and max_blocks >= 1");
-  size_t bytes = 0, inputs_bytes = 0;
-  bind(nullptr, pool.device(), &bytes, &inputs_bytes);
+  size_t bytes = 0;
+  bind(nullptr, pool.device(), &bytes, &inputs_bytes_);
   allocation_ = pool.allocate(tags::kv_cache, bytes, name);
-  scratch_ = bind(allocation_->ptr, pool.device(), &bytes, &inputs_bytes);
-  staging_.assign(inputs_bytes / sizeof(int32_t), 0);
-  staged_ = bind(staging_.data(), Device::CPU, &bytes, &inputs_bytes);
-  std::copy(inv_freq_.begin(), inv_freq_.end(), staged_.inv_freq.ptr<float>());
+  scratch_ = bind(allocation_->ptr, pool.device(), &bytes, &inputs_bytes_);
+  staging_ = std::make_unique<PinnedMemory>(kStagingImages * inputs_bytes_, pool.device());
+  for (int i = 0; i < kStagingImages; ++i) {
+    images_[i] = bind(static_cast<char*>(staging_->data()) + i * inputs_bytes_, Device::CPU, &bytes, &inputs_bytes_);
+    std::copy(inv_freq_.begin(), inv_freq_.end(), images_[i].inv_freq.ptr<float>());
+  }
 }
 
 EngineForward::~EngineForward() { pool_.release(allocation_); }
@@ -66,6 +68,7 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   const bool apart = !std::ranges::all_of(stacked_, qkv_stacked);
   Scratch s;
   s.token_ids = take(DType::I32, {T});
+  s.from_rows = take(DType::I32, {T});
   s.positions = take(DType::I32, {T});
   s.slots = take(DType::I32, {T});
   s.cu_queries = take(DType::I32, {B + 1});
@@ -108,7 +111,8 @@ void EngineForward::stage(const StepInputs& step) {
     bad_step("a step of " + std::to_string(T) + " tokens in " + std::to_string(B) +
              " sequences does not fit the capacity (" + std::to_string(capacity_.max_tokens) + " tokens, " +
              std::to_string(capacity_.max_sequences) + " sequences)");
-  if (static_cast<int64_t>(step.positions.size()) != T || static_cast<int64_t>(step.slots.size()) != T ||
+  if (static_cast<int64_t>(step.from_rows.size()) != T || static_cast<int64_t>(step.positions.size()) != T ||
+      static_cast<int64_t>(step.slots.size()) != T ||
       static_cast<int64_t>(step.cu_queries.size()) != B + 1 || step.cu_queries.front() != 0 ||
       step.cu_queries.back() != T || static_cast<int64_t>(step.block_tables.size()) != B * max_blocks)
     bad_step("inconsistent step inputs: " + std::to_string(T) + " tokens, " + std::to_string(step.positions.size()) +
@@ -118,20 +122,27 @@ void EngineForward::stage(const StepInputs& step) {
   auto put = [](const Tensor& into, const std::vector<int32_t>& values) {
     std::copy(values.begin(), values.end(), into.ptr<int32_t>());
   };
-  put(staged_.token_ids, step.token_ids);
-  put(staged_.positions, step.positions);
-  put(staged_.slots, step.slots);
-  put(staged_.cu_queries, step.cu_queries);
-  put(staged_.context_lens, step.context_lens);
-  put(staged_.block_tables, step.block_tables);
-  for (int64_t b = 0; b < B; ++b) staged_.last_rows.ptr<int32_t>()[b] = step.cu_queries[b + 1] - 1;
+  const Scratch& image = images_[staged_steps_ % kStagingImages];
+  put(image.token_ids, step.token_ids);
+  put(image.from_rows, step.from_rows);
+  put(image.positions, step.positions);
+  put(image.slots, step.slots);
+  put(image.cu_queries, step.cu_queries);
+  put(image.context_lens, step.context_lens);
+  put(image.block_tables, step.block_tables);
+  for (int64_t b = 0; b < B; ++b) image.last_rows.ptr<int32_t>()[b] = step.cu_queries[b + 1] - 1;
   // The whole input region, inv_freq included: the scratch may have been dropped (and
   // come back zeroed) with the cache since the last step.
-  ops_.copy_from_host(Tensor::view(scratch_.token_ids.data, DType::I32, pool_.device(), {static_cast<int64_t>(staging_.size())}),
-                      staging_.data());
+  ops_.queue_copy_from_host(Tensor::view(scratch_.token_ids.data, DType::U8, pool_.device(),
+                                         {static_cast<int64_t>(inputs_bytes_)}),
+                            image.token_ids.data);
+  ++staged_steps_;
   staged_tokens_ = T;
   staged_sequences_ = B;
 }
+
+Tensor EngineForward::token_ids() const { return first_rows(scratch_.token_ids, staged_tokens_); }
+Tensor EngineForward::from_rows() const { return first_rows(scratch_.from_rows, staged_tokens_); }
 
 Tensor EngineForward::run(const KvCache& cache) {
   const int64_t T = staged_tokens_, B = staged_sequences_;

@@ -14,6 +14,7 @@
 // would be by far the largest buffer.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -22,6 +23,7 @@
 #include "rollout/kv_cache.h"
 #include "rollout/paged_attention.h"
 #include "tensor/memory_pool.h"
+#include "world/pinned_memory.h"
 
 namespace tandem {
 
@@ -32,9 +34,11 @@ struct StepCapacity {
 };
 
 // One step's batch on the host: sequence b's new tokens are token_ids[cu_queries[b] ..
-// cu_queries[b+1]), the first at position context_lens[b] - n_b.
+// cu_queries[b+1]), the first at position context_lens[b] - n_b. A token the host does
+// not know yet (sampled by the step still running) has from_rows[t] >= 0, its row there:
+// RowSampler::feed puts it in on the device; every other token has -1.
 struct StepInputs {
-  std::vector<int32_t> token_ids, positions, slots;  // [T]
+  std::vector<int32_t> token_ids, from_rows, positions, slots;  // [T]
   std::vector<int32_t> cu_queries{0};                // [B + 1]
   std::vector<int32_t> context_lens;                 // [B]
   std::vector<int32_t> block_tables;                 // [B, max_blocks], row-major
@@ -58,8 +62,15 @@ class EngineForward {
   const StepCapacity& capacity() const { return capacity_; }
 
   // Checks the step and queues ONE copy of all its inputs (ids, positions, slots, block
-  // tables, ...) into the scratch, so that run() reads them from fixed addresses.
+  // tables, ...) into the scratch, so that run() reads them from fixed addresses. The
+  // copy does not wait for the work queued before it: it reads one of two host images
+  // (pinned on CUDA), taken in turn, so a step must be staged after the results of the
+  // step two before it came back, when that step's copy has surely run.
   void stage(const StepInputs& step);
+  // The staged step's token ids and their from_rows in the scratch, I32 [T]: the engine
+  // feeds the tokens sampled by the step before into them (RowSampler::feed) before run().
+  Tensor token_ids() const;
+  Tensor from_rows() const;
   // The staged step's device work, kernels only (a CUDA graph can capture it): writes the
   // new tokens' keys and values into `cache` and returns the logits of each sequence's
   // last new token, [B, vocab] in the working dtype, in the backend's memory.
@@ -67,7 +78,7 @@ class EngineForward {
 
  private:
   struct Scratch {
-    Tensor token_ids, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
+    Tensor token_ids, from_rows, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
     Tensor inv_freq, rstd;                                                                  // F32
     Tensor hidden, normed, qkv, q, k, v, q_normed, k_normed, attention, branch, gate, up, gate_up, mlp;
     Tensor last_normed, logits;
@@ -93,9 +104,11 @@ class EngineForward {
   Allocation* allocation_ = nullptr;
   Scratch scratch_;
   std::vector<float> inv_freq_;
-  std::vector<int32_t> staging_;  // host image of the scratch's input region
-  Scratch staged_;                // views of the same inputs in staging_
-  int64_t staged_tokens_ = 0, staged_sequences_ = 0;
+  static constexpr int kStagingImages = 2;
+  size_t inputs_bytes_ = 0;                    // the scratch's input region
+  std::unique_ptr<PinnedMemory> staging_;      // kStagingImages host images of that region
+  Scratch images_[kStagingImages];             // views of the inputs in each image
+  int64_t staged_steps_ = 0, staged_tokens_ = 0, staged_sequences_ = 0;
 };
 
 }  // namespace tandem

@@ -3,9 +3,12 @@
 // host (the request's own stream, see sampler.h), so both backends pick tokens by the same
 // rule and a request's tokens do not depend on where it ran.
 //
-// A step is stage() -> launch() -> results(): staging happens before the step's device
-// work is queued, and launch() is part of that work, so on CUDA it can be captured into
-// the step's graph while the per-step values still change between replays.
+// A step is stage() -> feed() and launch() -> send() -> results(): staging happens before
+// the step's device work is queued, and feed() and launch() are part of that work, so on
+// CUDA they can be captured into the step's graph while the per-step values still change
+// between replays. Two steps may be in flight (the engine queues a decode step while the
+// one before it runs): results() reads the older, and a stage() must come after the
+// results() of the step two before it.
 #pragma once
 #include <span>
 
@@ -34,9 +37,17 @@ class RowSampler {
   virtual ~RowSampler() = default;
   // The rows of the next launch, in logits row order.
   virtual void stage(std::span<const SampleRow> rows) = 0;
+  // token_ids[t] = the token the last launch sampled for its row from_rows[t], where
+  // from_rows[t] >= 0; the other ids stay. I32 [T] both, in the backend's memory: the
+  // tokens of a step queued before the host has the results of the step before it.
+  virtual void feed(const Tensor& token_ids, const Tensor& from_rows) = 0;
   // Draws from logits [rows, vocab]; rows past the staged ones are padding and are ignored.
   virtual void launch(const Tensor& logits) = 0;
-  // One token per staged row; waits for the launch to finish.
+  // Queues the way of the last launch's results to the host (outside any captured work).
+  virtual void send() = 0;
+  // One token per staged row of the oldest launch not read yet; waits for it. The span
+  // holds until the next results(). A row whose logits held a NaN or +inf, or only -inf,
+  // has id -1 (the CPU sampler throws in launch() instead).
   virtual std::span<const SampledToken> results() = 0;
 };
 

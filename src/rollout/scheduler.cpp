@@ -120,6 +120,26 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   return chunks;
 }
 
+std::vector<ScheduledChunk> Scheduler::schedule_decodes() {
+  std::vector<ScheduledChunk> chunks;
+  int64_t new_blocks = 0;
+  for (const auto& sequence : running_) {
+    if (sequence->has_all_tokens()) continue;
+    if (sequence->pending() != 1) return {};
+    new_blocks += static_cast<int64_t>(sequence->blocks.size()) * block_size_ <= sequence->computed;
+    chunks.push_back({sequence.get(), 1});
+  }
+  const bool admits = !waiting_.empty() && static_cast<int64_t>(chunks.size()) < settings_.max_running;
+  if (admits || new_blocks > blocks_.free_count()) return {};
+  for (const ScheduledChunk& chunk : chunks) {
+    Sequence& sequence = *chunk.sequence;
+    if (static_cast<int64_t>(sequence.blocks.size()) * block_size_ <= sequence.computed)
+      sequence.blocks.push_back(blocks_.allocate());
+    index_prompt_blocks(chunk);
+  }
+  return chunks;
+}
+
 std::unique_ptr<Sequence> Scheduler::finish(Sequence* sequence) {
   const auto found = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == sequence; });
   if (found == running_.end()) throw std::logic_error("Scheduler::finish: the sequence is not running");

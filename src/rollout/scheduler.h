@@ -32,15 +32,22 @@
 namespace tandem {
 
 struct Sequence {
+  // A generated token that a queued engine step is still sampling.
+  static constexpr int32_t kUnsampled = -1;
+
   GenerationRequest request;
-  std::vector<int32_t> tokens;  // the prompt, then the generated tokens
-  int64_t computed = 0;         // leading tokens whose keys and values are in the cache
+  std::vector<int32_t> tokens;  // the prompt, then the generated tokens (the last may be kUnsampled)
+  int64_t computed = 0;         // leading tokens whose keys and values are in the cache (or queued to be)
   std::vector<int32_t> blocks;  // block table: token position p lives in blocks[p / block_size]
   std::mt19937_64 rng;
-  std::vector<float> logprobs;  // one per generated token
+  std::vector<float> logprobs;  // one per sampled generated token
+  int32_t sampling_row = -1;    // while tokens.back() is kUnsampled: its row in the step sampling it
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size() - request.prompt.size()); }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  // Whether it holds (or a queued step samples) its last token, max_new_tokens: no further
+  // step computes it.
+  bool has_all_tokens() const { return generated() >= request.sampling.max_new_tokens; }
 };
 
 struct SchedulerSettings {
@@ -64,6 +71,12 @@ class Scheduler {
   // The chunks of the next step, in the order decode, prefill continuation, admission.
   // Empty only when there is nothing to run.
   std::vector<ScheduledChunk> schedule();
+  // The next step planned while the step before it still runs (its sampled tokens are
+  // placeholders): one token for each running sequence that has not all its tokens, in
+  // running order, with blocks granted. Empty, changing nothing, when that step would need
+  // more than decodes: a prompt chunk to go on with, a waiting sequence to admit into a
+  // free place, or more blocks than are free (a preemption).
+  std::vector<ScheduledChunk> schedule_decodes();
 
   // Takes a running sequence out and releases its blocks.
   std::unique_ptr<Sequence> finish(Sequence* sequence);

@@ -300,15 +300,15 @@ __device__ bool find_tile(const int* cu_queries, const int* context_lens, const 
   return hit;
 }
 
-// Q, then K and V chunks in `stages`: two for cp.async's prefetch of a BF16 cache; one for
-// an F8_E4M3 cache (Coded), whose next chunk waits in registers until this one is done.
-template <int D, int RowTiles, bool Coded>
+// Q, then one chunk of K and V: the next chunk comes in once this one is done (a coded
+// cache's waits in registers meanwhile), and the blocks an SM (3 of 64 rows at head_dim
+// 128) hide each other's loads.
+template <int D, int RowTiles>
 struct TileShared {
   static constexpr int stride = kPaddedStride<D>;
-  static constexpr int stages = Coded ? 1 : 2;
   static constexpr int q_elements = 16 * RowTiles * stride;
   static constexpr int chunk_elements = kChunk * stride;
-  static constexpr int bytes = (q_elements + 2 * stages * chunk_elements) * 2;
+  static constexpr int bytes = (q_elements + 2 * chunk_elements) * 2;
   // After the key loop the whole of it holds each warp's state: [warp][16 rows][state_stride]
   // FP32 output rows, then [warp][16] maxima and sums.
   static constexpr int state_stride = D + 8;
@@ -318,14 +318,14 @@ struct TileShared {
 // An F8_E4M3 cache (Coded) reaches shared memory as BF16 through registers: a thread
 // loads its 16-code pieces of the next chunk before the current chunk's products and
 // writes them, times their scales, after.
-// Blocks of 64 rows over a coded cache are built for 3 an SM (see q_frag); the others leave
-// the register count to the compiler (a minimum of 0 blocks).
+// Blocks of 64 rows are built for 3 an SM; blocks of 16 leave the register count to the
+// compiler (a minimum of 0 blocks).
 template <int D, int RowTiles, bool Coded>
-__global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
+__global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
     attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                  CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
                  const int* context_lens, const int* block_tables, Geometry geo) {
-  using Shared = TileShared<D, RowTiles, Coded>;
+  using Shared = TileShared<D, RowTiles>;
   extern __shared__ __align__(16) unsigned char shared[];
   Tile tile;
   if (!find_tile(cu_queries, context_lens, geo, blockIdx.x, tile)) return;
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
 
   bf16* q_tile = reinterpret_cast<bf16*>(shared);
   bf16* k_chunks = q_tile + Shared::q_elements;
-  bf16* v_chunks = k_chunks + Shared::stages * Shared::chunk_elements;
+  bf16* v_chunks = k_chunks + Shared::chunk_elements;
   const int* table = block_tables + static_cast<int64_t>(tile.sequence) * geo.max_blocks;
   // Element offset of column `col` of key `key` in the cache, or -1 for a key past key_end
   // or a block outside the cache (which read as zeros).
@@ -361,14 +361,14 @@ __global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
     return (static_cast<int64_t>(block) * geo.block_size + (key - index * geo.block_size)) * kv_stride + kv_head * D +
            col;
   };
-  // Keys [key_begin + n·kChunk, +kChunk) into stage `stage`.
-  const auto load_chunk = [&](int n, int stage) {
+  // Keys [key_begin + n·kChunk, +kChunk) into shared memory.
+  const auto load_chunk = [&](int n) {
     constexpr int per_row = D / 8;
 #pragma unroll
     for (int i = 0; i < kChunk * per_row / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads, r = c / per_row, col = (c % per_row) * 8;
       const int64_t offset = locate(key_begin + n * kChunk + r, col);
-      const int at = stage * Shared::chunk_elements + r * Shared::stride + col;
+      const int at = r * Shared::stride + col;
       copy_async_16(k_chunks + at, cache.keys + max(offset, int64_t{0}), offset >= 0);
       copy_async_16(v_chunks + at, cache.values + max(offset, int64_t{0}), offset >= 0);
     }
@@ -436,41 +436,26 @@ __global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
       load_codes(0);
       write_codes();
     } else {
-      load_chunk(0, 0);  // one group with Q
+      load_chunk(0);  // one group with Q
     }
   }
-  // Q's fragments stay in registers for a BF16 cache, whose two shared stages allow 2 blocks
-  // an SM anyway; a coded cache's kernel reads them from shared memory at each use, which
-  // keeps it within the registers of 3 blocks an SM.
-  unsigned q_frag[Coded ? 1 : D / 16][4];
+  // Q's fragments are read from shared memory at each use: held in registers (32 at head_dim
+  // 128) they would leave room for only 2 blocks an SM.
   for (int n = 0; n < chunks; ++n) {
-    const int stage = Coded ? 0 : n & 1;
-    if constexpr (Coded) {
-      if (n + 1 < chunks) load_codes(n + 1);
-      copy_async_wait<0>();  // Q
-    } else if (n + 1 < chunks) {
-      load_chunk(n + 1, stage ^ 1);
-      copy_async_wait<1>();
-    } else {
-      copy_async_wait<0>();
-    }
+    if (Coded && n + 1 < chunks) load_codes(n + 1);
+    copy_async_wait<0>();  // Q, and a BF16 cache's chunk n
     __syncthreads();
-    if (!Coded && n == 0) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) load_a<D>(q_frag[kk], q_tile, row_tile * 16, kk * 16, lane);
-    }
-    const bf16* keys = k_chunks + stage * Shared::chunk_elements;
-    const bf16* values = v_chunks + stage * Shared::chunk_elements;
+    const bf16* keys = k_chunks;
+    const bf16* values = v_chunks;
     for (int sub = key_group; sub < kChunk / 16; sub += key_groups) {
       float s[2][4] = {};
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         unsigned a[4], b[4];
-        if constexpr (Coded) load_a<D>(a, q_tile, row_tile * 16, kk * 16, lane);
+        load_a<D>(a, q_tile, row_tile * 16, kk * 16, lane);
         load_b_rows_n<D>(b, keys, sub * 16, kk * 16, lane);
-        const unsigned(&q_part)[4] = Coded ? a : q_frag[Coded ? 0 : kk];
-        mma(s[0], q_part, b[0], b[1]);
-        mma(s[1], q_part, b[2], b[3]);
+        mma(s[0], a, b[0], b[1]);
+        mma(s[1], a, b[2], b[3]);
       }
       const int key_base = key_begin + n * kChunk + sub * 16 + 2 * (lane % 4);
 #pragma unroll
@@ -519,8 +504,11 @@ __global__ void __launch_bounds__(kThreads, Coded && RowTiles == 4 ? 3 : 0)
         mma(o[2 * n16 + 1], p, b[2], b[3]);
       }
     }
-    __syncthreads();  // the next iteration's prefetch or codes, or the states below, overwrite this stage
-    if (Coded && n + 1 < chunks) write_codes();
+    __syncthreads();  // the next chunk, or the states below, overwrite this one
+    if (n + 1 < chunks) {
+      if constexpr (Coded) write_codes();
+      else load_chunk(n + 1);
+    }
   }
 
   if (key_groups == 1) {  // each warp holds its 16 rows whole: nothing to merge
@@ -1063,10 +1051,10 @@ void allow_shared(Kernel kernel, int bytes, const char* what) {
 
 template <int D>
 void allow_tile_shared() {
-  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1, false>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4, false>::bytes, "attend");
-  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1, true>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4, true>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4>::bytes, "attend");
 }
 
 template <int D, int G, bool Coded>
@@ -1287,8 +1275,8 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
                       static_cast<unsigned>(plan.splits));
       with_head_dim(geo.head_dim, [&](auto dim) {
         constexpr int Dim = decltype(dim)::value;
-        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1, Coded>::bytes);
-        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4, Coded>::bytes);
+        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1>::bytes);
+        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4>::bytes);
       });
     }
   });

@@ -10,9 +10,9 @@
 // takes that token on the device (RowSampler::feed). Only plain decodes are planned so:
 // Scheduler::schedule_decodes declines when a prompt chunk, an admission or a preemption
 // would be needed, and the step is then planned after the results as before. A sequence
-// that stops in step N has already a row in N+1: that row's work is dropped. Its tokens
-// and log-probs are those it gets without planning ahead; a request waiting for a place
-// freed by a stop is admitted one step later.
+// that stops in step N has already a row in N+1: that row's work is dropped. Every request
+// gets the tokens and log-probs it gets without planning ahead; one waiting for a place
+// that a stop frees is admitted a step later.
 //
 //   Engine engine(config, weights, pool, options);
 //   engine.submit(request);  ...

@@ -112,11 +112,12 @@ void EngineForward::stage(const StepInputs& step) {
              " sequences does not fit the capacity (" + std::to_string(capacity_.max_tokens) + " tokens, " +
              std::to_string(capacity_.max_sequences) + " sequences)");
   if (static_cast<int64_t>(step.from_rows.size()) != T || static_cast<int64_t>(step.positions.size()) != T ||
-      static_cast<int64_t>(step.slots.size()) != T ||
-      static_cast<int64_t>(step.cu_queries.size()) != B + 1 || step.cu_queries.front() != 0 ||
-      step.cu_queries.back() != T || static_cast<int64_t>(step.block_tables.size()) != B * max_blocks)
-    bad_step("inconsistent step inputs: " + std::to_string(T) + " tokens, " + std::to_string(step.positions.size()) +
-             " positions, " + std::to_string(step.slots.size()) + " slots, " + std::to_string(step.cu_queries.size()) +
+      static_cast<int64_t>(step.slots.size()) != T || static_cast<int64_t>(step.cu_queries.size()) != B + 1 ||
+      step.cu_queries.front() != 0 || step.cu_queries.back() != T ||
+      static_cast<int64_t>(step.block_tables.size()) != B * max_blocks)
+    bad_step("inconsistent step inputs: " + std::to_string(T) + " tokens, " + std::to_string(step.from_rows.size()) +
+             " source rows, " + std::to_string(step.positions.size()) + " positions, " +
+             std::to_string(step.slots.size()) + " slots, " + std::to_string(step.cu_queries.size()) +
              " query offsets, " + std::to_string(step.block_tables.size()) + " block table entries for " +
              std::to_string(B) + " sequences");
   auto put = [](const Tensor& into, const std::vector<int32_t>& values) {

@@ -135,7 +135,6 @@ std::vector<ScheduledChunk> Scheduler::schedule_decodes() {
     Sequence& sequence = *chunk.sequence;
     if (static_cast<int64_t>(sequence.blocks.size()) * block_size_ <= sequence.computed)
       sequence.blocks.push_back(blocks_.allocate());
-    index_prompt_blocks(chunk);
   }
   return chunks;
 }

@@ -73,9 +73,10 @@ class Scheduler {
   std::vector<ScheduledChunk> schedule();
   // The next step planned while the step before it still runs (its sampled tokens are
   // placeholders): one token for each running sequence that has not all its tokens, in
-  // running order, with blocks granted. Empty, changing nothing, when that step would need
-  // more than decodes: a prompt chunk to go on with, a waiting sequence to admit into a
-  // free place, or more blocks than are free (a preemption).
+  // running order, with blocks granted. Each such token is one the step before samples,
+  // never a prompt's, so no prompt block is completed (and indexed) here. Empty, changing
+  // nothing, when that step would need more than decodes: a prompt chunk to go on with, a
+  // waiting sequence to admit into a free place, or more blocks than are free (a preemption).
   std::vector<ScheduledChunk> schedule_decodes();
 
   // Takes a running sequence out and releases its blocks.

@@ -23,6 +23,10 @@ void Scheduler::release_blocks(Sequence& sequence) {
   sequence.computed = 0;
 }
 
+bool Scheduler::lacks_block(const Sequence& sequence) const {
+  return static_cast<int64_t>(sequence.blocks.size()) * block_size_ <= sequence.computed;
+}
+
 void Scheduler::preempt_last() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
@@ -73,7 +77,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     Sequence& sequence = *running_[i];
     if (sequence.pending() != 1) continue;
     bool preempted_itself = false;
-    while (!preempted_itself && static_cast<int64_t>(sequence.blocks.size()) * block_size_ <= sequence.computed) {
+    while (!preempted_itself && lacks_block(sequence)) {
       if (blocks_.free_count() > 0) {
         sequence.blocks.push_back(blocks_.allocate());
       } else {
@@ -126,16 +130,13 @@ std::vector<ScheduledChunk> Scheduler::schedule_decodes() {
   for (const auto& sequence : running_) {
     if (sequence->has_all_tokens()) continue;
     if (sequence->pending() != 1) return {};
-    new_blocks += static_cast<int64_t>(sequence->blocks.size()) * block_size_ <= sequence->computed;
+    new_blocks += lacks_block(*sequence);
     chunks.push_back({sequence.get(), 1});
   }
   const bool admits = !waiting_.empty() && static_cast<int64_t>(chunks.size()) < settings_.max_running;
   if (admits || new_blocks > blocks_.free_count()) return {};
-  for (const ScheduledChunk& chunk : chunks) {
-    Sequence& sequence = *chunk.sequence;
-    if (static_cast<int64_t>(sequence.blocks.size()) * block_size_ <= sequence.computed)
-      sequence.blocks.push_back(blocks_.allocate());
-  }
+  for (const ScheduledChunk& chunk : chunks)
+    if (lacks_block(*chunk.sequence)) chunk.sequence->blocks.push_back(blocks_.allocate());
   return chunks;
 }
 

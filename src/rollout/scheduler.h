@@ -93,6 +93,8 @@ class Scheduler {
  private:
   void release_blocks(Sequence& sequence);
   void preempt_last();
+  // Whether the sequence's next token (at position `computed`) lies past its blocks.
+  bool lacks_block(const Sequence& sequence) const;
   std::span<const int32_t> block_tokens(const Sequence& sequence, int64_t block) const;
   std::vector<int32_t> shared_prompt_blocks(const Sequence& sequence) const;
   void index_prompt_blocks(const ScheduledChunk& chunk);

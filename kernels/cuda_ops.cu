@@ -9,6 +9,7 @@
 #include "embedding.cuh"
 #include "matmul.cuh"
 #include "qk_norm_rope.cuh"
+#include "quantize.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
@@ -60,19 +61,27 @@ void CudaOps::embedding_forward(const Tensor& out, const Tensor& table, const Te
 void CudaOps::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   cuda::embedding_backward(dtable, dout, ids, stream_);
 }
-void CudaOps::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps) {
+void CudaOps::rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                              float eps) {
   cuda::rmsnorm_forward(out, rstd, x, weight, eps, stream_);
 }
 void CudaOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                                const Tensor& weight, const Tensor& rstd, GradWrite dx_write) {
   cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, dx_write, stream_);
 }
-void CudaOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
-                                  const Tensor& weight, float eps) {
+void CudaOps::add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden,
+                                  const ScaledRows& branch, const Tensor& weight, float eps) {
   cuda::add_rmsnorm_forward(out, rstd, hidden, branch, weight, eps, stream_);
 }
 void CudaOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   cuda::matmul_forward(*matmul_, out, x, weight, bias);
+}
+void CudaOps::fp8_matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight,
+                                 const Tensor& weight_scale) {
+  cuda::fp8_matmul_forward(*matmul_, out, x, weight, weight_scale);
+}
+void CudaOps::quantize_fp8(const Tensor& codes, const Tensor& scale, const Tensor& x) {
+  cuda::quantize_fp8(codes, scale, x, stream_);
 }
 void CudaOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                               const Tensor& x, const Tensor& weight, GradWrite dx_write) {
@@ -107,7 +116,7 @@ void CudaOps::attention_backward(const Tensor& dq, const Tensor& dk, const Tenso
 void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda::swiglu_forward(out, gate, up, stream_);
 }
-void CudaOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+void CudaOps::swiglu_forward(const ScaledRows& out, const ScaledRows& gate_up) {
   cuda::swiglu_forward(out, gate_up, stream_);
 }
 void CudaOps::swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,

@@ -15,6 +15,30 @@ __device__ inline uint8_t to_e4m3(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// The N codes of y[0..N) · inverse (N = 1, 2, 4 or 8) as one store at p, aligned to N
+// bytes: two conversions an instruction, where a byte store each took N stores.
+template <int N>
+__device__ inline void store_e4m3(uint8_t* p, const float* y, float inverse) {
+  if constexpr (N == 1) {
+    *p = to_e4m3(y[0] * inverse);
+  } else {
+    uint16_t pairs[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i)
+      pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(y[2 * i] * inverse, y[2 * i + 1] * inverse), __NV_SATFINITE,
+                                          __NV_E4M3);
+    if constexpr (N == 2) {
+      *reinterpret_cast<uint16_t*>(p) = pairs[0];
+    } else if constexpr (N == 4) {
+      *reinterpret_cast<uint32_t*>(p) = pairs[0] | static_cast<uint32_t>(pairs[1]) << 16;
+    } else {
+      static_assert(N == 8, "packs of 1, 2, 4 or 8 codes");
+      *reinterpret_cast<uint2*>(p) = make_uint2(pairs[0] | static_cast<uint32_t>(pairs[1]) << 16,
+                                                pairs[2] | static_cast<uint32_t>(pairs[3]) << 16);
+    }
+  }
+}
+
 // Two codes (the low and high byte of `pair`) as an FP16 pair, the low byte in the low
 // half: one conversion instruction, and exact (FP16 holds every E4M3 value).
 __device__ inline unsigned e4m3x2_to_half2(unsigned pair) {

@@ -43,7 +43,9 @@ void check_context(const MatmulContext& context, const std::string& op) {
     throw std::invalid_argument(op + ": the MatmulContext was not made by make_matmul_context, or was destroyed");
 }
 
-cudaDataType_t cuda_type(DType dtype) { return dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType dtype) {
+  return dtype == DType::BF16 ? CUDA_R_16BF : dtype == DType::F8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
+}
 
 template <class T>
 void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value,
@@ -183,13 +185,15 @@ struct MatmulPlans {
 
 namespace {
 
-// D = op(A)·op(B) (+ bias) + beta·C with D and C the same buffer.
+// D = op(A)·op(B) (+ bias) + beta·C with D and C the same buffer; FP8 operands with
+// A's scale (a device FP32), where D = (op(A)·op(B))·a_scale.
 void run_gemm(const MatmulContext& context, const std::string& op, const GemmShape& shape, const void* a,
-              const void* b, void* c, float beta, const void* bias) {
+              const void* b, void* c, float beta, const void* bias, const float* a_scale = nullptr) {
   // An empty product adds nothing (the callers keep k > 0 when beta is 0).
   if (shape.m == 0 || shape.n == 0 || shape.k == 0) return;
   const Plan& plan = context.plans->plan_for(shape, context, op);
   if (shape.bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, op);
+  if (a_scale) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, op);
   const float alpha = 1.0f;
   check_cublas(cublasLtMatmul(context.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c, plan.c,
                               &plan.algo, context.workspace, context.workspace_bytes, context.stream),
@@ -240,6 +244,29 @@ void matmul_forward(const MatmulContext& context, const Tensor& out, const Tenso
   const GemmShape shape{CUBLAS_OP_T, CUBLAS_OP_N, static_cast<uint64_t>(O), static_cast<uint64_t>(N),
                         static_cast<uint64_t>(I), data, data, bias.data != nullptr};
   run_gemm(context, op, shape, weight.data, x.data, out.data, 0.0f, bias.data);
+}
+
+void fp8_matmul_forward(const MatmulContext& context, const Tensor& out, const Tensor& x, const Tensor& weight,
+                        const Tensor& weight_scale) {
+  const std::string op = "cuda::fp8_matmul_forward";
+  check_context(context, op);
+  check_op_arg(x, op.c_str(), "x", Device::CUDA, {DType::F8_E4M3}, {kAnyExtent, kAnyExtent});
+  const int64_t N = x.shape[0], I = x.shape[1];
+  check_op_arg(weight, op.c_str(), "weight", Device::CUDA, {DType::F8_E4M3}, {kAnyExtent, I});
+  const int64_t O = weight.shape[0];
+  check_op_arg(out, op.c_str(), "out", Device::CUDA, {DType::BF16, DType::F32}, {N, O});
+  check_op_arg(weight_scale, op.c_str(), "weight_scale", Device::CUDA, {DType::F32}, {1});
+  check_aligned(x, op, "x");
+  check_aligned(weight, op, "weight");
+  check_aligned(out, op, "out");
+  // cuBLASLt's FP8 products want the inner extent and every leading dimension in 16s.
+  if (I % 16 != 0 || O % 16 != 0)
+    throw std::invalid_argument(op + ": FP8 products need the in and out widths in multiples of 16, got weight " +
+                                weight.describe());
+  // outᵀ [O,N] = (weight as col-major [I,O])ᵀ · (x as col-major [I,N]): FP8's "TN" form.
+  const GemmShape shape{CUBLAS_OP_T, CUBLAS_OP_N, static_cast<uint64_t>(O), static_cast<uint64_t>(N),
+                        static_cast<uint64_t>(I), DType::F8_E4M3, out.dtype, false};
+  run_gemm(context, op, shape, weight.data, x.data, out.data, 0.0f, nullptr, weight_scale.ptr<float>());
 }
 
 void matmul_backward(const MatmulContext& context, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

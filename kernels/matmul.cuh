@@ -37,6 +37,12 @@ void destroy_matmul_context(MatmulContext& context);
 void matmul_forward(const MatmulContext& context, const Tensor& out, const Tensor& x, const Tensor& weight,
                     const Tensor& bias);
 
+// out [N,O] = (x [N,I] · weight [O,I]ᵀ) · weight_scale: x and weight FP8 E4M3 codes,
+// weight_scale F32 [1] on the device, out BF16 or F32 (Ops::fp8_matmul_forward). I and O
+// in multiples of 16.
+void fp8_matmul_forward(const MatmulContext& context, const Tensor& out, const Tensor& x, const Tensor& weight,
+                        const Tensor& weight_scale);
+
 // dx = or += dout · weight as dx_write says (overwrite: a GEMM with beta 0, dx never read);
 // accumulates dweight (F32) += doutᵀ · x and dbias (F32) += Σ_rows dout. Any of dx,
 // dweight, dbias may be empty (data == nullptr) when that gradient is not wanted.

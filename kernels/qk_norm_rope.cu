@@ -62,11 +62,8 @@ __device__ inline void store_codes(uint8_t* codes, float* scale, float (&x1)[L][
   for (int i = 0; i < L; ++i) {
     const int p = lane + i * S;
     if (p >= packs) continue;
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      codes[p * N + e] = to_e4m3(x1[i][e] * inverse);
-      codes[half + p * N + e] = to_e4m3(x2[i][e] * inverse);
-    }
+    store_e4m3<N>(codes + p * N, x1[i], inverse);
+    store_e4m3<N>(codes + half + p * N, x2[i], inverse);
   }
   if (lane == 0) *scale = e4m3_scale(amax);
 }
@@ -86,9 +83,10 @@ constexpr int kMaxTokensPerBlock = 2;
 // crosses lanes.
 template <class T, int N, int S, bool Norm>
 __global__ void __launch_bounds__(kThreads)
-    qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const int32_t* slots, int64_t slot_rows,
-                        const int32_t* positions, const float* inv_freq, int64_t tokens, int tokens_per_block,
-                        int heads, int kv_heads, int v_heads, int half, float eps) {
+    qk_norm_rope_kernel(HeadGroup<T> q, HeadGroup<T> k, HeadGroup<T> v, const float* row_scales,
+                        const int32_t* slots, int64_t slot_rows, const int32_t* positions, const float* inv_freq,
+                        int64_t tokens, int tokens_per_block, int heads, int kv_heads, int v_heads, int half,
+                        float eps) {
   extern __shared__ float2 angles[];
   constexpr int L = kPairsPerLane<N>;
   const int64_t first_token = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
@@ -131,12 +129,15 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t out_at = out_row * g.out_stride + head * 2 * half;  // in `out`, or in `codes`
     const int group_heads = group == 0 ? heads : group == 1 ? kv_heads : v_heads;
     float x1[L][N], x2[L][N];
+    const float scale = row_scales ? row_scales[t] : 1.f;  // exact without scales
 #pragma unroll
     for (int i = 0; i < L; ++i) {
       const int p = lane + i * S;
       if (p >= packs) continue;
       load<N>(in + p * N, x1[i]);
       load<N>(in + half + p * N, x2[i]);
+#pragma unroll
+      for (int e = 0; e < N; ++e) x1[i][e] *= scale, x2[i][e] *= scale;
     }
     if (group == 2 && g.codes) {
       store_codes<T, N, S>(g.codes + out_at, g.scales + out_row * group_heads + head, x1, x2, lane, packs, half);
@@ -200,8 +201,8 @@ __global__ void __launch_bounds__(kThreads)
 // 2·half elements. Packs of 16 bytes when every head start is 16-byte aligned: the bases
 // and the row strides, with half a multiple of the pack.
 template <class E>
-void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<E>& v, const int32_t* slots,
-                  int64_t slot_rows, const Tensor& positions, const Tensor& inv_freq, int64_t T, int heads,
+void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<E>& v, const float* row_scales,
+                  const int32_t* slots, int64_t slot_rows, const Tensor& positions, const Tensor& inv_freq, int64_t T, int heads,
                   int kv_heads, int v_heads, int half, float eps, cudaStream_t stream) {
   const bool norm = q.weight || k.weight;
   auto launch = [&](auto pack, auto with_norm) {
@@ -220,7 +221,7 @@ void launch_heads(const HeadGroup<E>& q, const HeadGroup<E>& k, const HeadGroup<
       const size_t shared = static_cast<size_t>(tokens_per_block) * half * sizeof(float2);
       qk_norm_rope_kernel<E, P, S, decltype(with_norm)::value>
           <<<dim3(static_cast<unsigned>(token_blocks), static_cast<unsigned>(shares)), kThreads, shared, stream>>>(
-              q, k, v, slots, slot_rows, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, tokens_per_block,
+              q, k, v, row_scales, slots, slot_rows, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, tokens_per_block,
               heads, kv_heads, v_heads, half, eps);
     });
   };
@@ -289,20 +290,22 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
                           q_rstd.ptr<float>()};
     const HeadGroup<E> kg{k.ptr<E>(), KD, k_out.ptr<E>(), KD, norm ? k_norm.ptr<E>() : nullptr, false,
                           k_rstd.ptr<float>()};
-    launch_heads<E>(qg, kg, HeadGroup<E>{}, nullptr, 0, positions, inv_freq, T, heads, kv_heads, 0,
+    launch_heads<E>(qg, kg, HeadGroup<E>{}, nullptr, nullptr, 0, positions, inv_freq, T, heads, kv_heads, 0,
                     static_cast<int>(D / 2), eps, stream);
     check_launch(op);
   });
 }
 
-void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& scaled_qkv, const Tensor& q_norm,
                          const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
                          int heads, int kv_heads, float eps, cudaStream_t stream) {
   constexpr const char* op = "cuda::qkv_norm_rope_store";
   check_op_arg(q_out, op, "q_out", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t T = q_out.shape[0], D = checked_head_dim(op, q_out, q_out.shape[1], heads, kv_heads);
   const int64_t QD = heads * D, KD = kv_heads * D;
+  const Tensor& qkv = scaled_qkv.values;
   check_op_arg(qkv, op, "qkv", Device::CUDA, {q_out.dtype}, {T, QD + 2 * KD});
+  if (scaled_qkv.scales.data) check_op_arg(scaled_qkv.scales, op, "qkv scales", Device::CUDA, {DType::F32}, {T});
   check_op_arg(cache.keys, op, "keys", Device::CUDA, {q_out.dtype, DType::F8_E4M3}, {kAnyExtent, KD});
   const int64_t rows = cache.keys.shape[0];
   check_op_arg(cache.values, op, "values", Device::CUDA, {cache.keys.dtype}, {rows, KD});
@@ -329,7 +332,7 @@ void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Ten
     } else {
       kg.out = cache.keys.ptr<E>(), vg.out = cache.values.ptr<E>();
     }
-    launch_heads<E>(qg, kg, vg, slots.ptr<int32_t>(), rows, positions, inv_freq, T, heads, kv_heads, kv_heads,
+    launch_heads<E>(qg, kg, vg, scaled_qkv.scales.ptr<float>(), slots.ptr<int32_t>(), rows, positions, inv_freq, T, heads, kv_heads, kv_heads,
                     static_cast<int>(D / 2), eps, stream);
     check_launch(op);
   });

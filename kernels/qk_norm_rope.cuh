@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "model/ops.h"  // ScaledRows
 #include "rollout/paged_attention.h"
 #include "tensor/tensor.h"
 
@@ -33,8 +34,8 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
 // rotated k and its v into row slots[t] of the cache layer's keys and values ([rows,
 // kv_heads·head_dim], the working dtype's or F8_E4M3 codes with their scales), as
 // paged_store does (a slot outside the rows is skipped). One kernel instead of a column
-// split, qk_norm_rope_forward and paged_store.
-void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv, const Tensor& q_norm,
+// split, qk_norm_rope_forward and paged_store. qkv's row scales, if any, apply first.
+void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv, const Tensor& q_norm,
                          const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
                          int heads, int kv_heads, float eps, cudaStream_t stream);
 

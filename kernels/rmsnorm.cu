@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "e4m3.cuh"
 #include "model/op_args.h"
 #include "pointwise.cuh"
 
@@ -27,36 +28,43 @@ inline constexpr int kPacksPerLane = 16 / N;
 template <int S>
 inline constexpr int kTeamsPerBlock = S >= kThreads ? 1 : kThreads / S;
 
-// Sum over a team of S lanes, the same on every lane and every run. Teams wider than a
-// warp add their warps' sums in shared memory, so every thread of the block must call it
-// the same number of times.
-template <int S>
-__device__ inline float team_sum(float v, float* warp_sums) {
-  if constexpr (S <= 32) {
-    return group_sum<S>(v, group_mask<S>());
-  } else {
-    v = group_sum<32>(v, 0xffffffffu);
+// op (a sum, a max) over a team of S lanes, the same on every lane and every run. Teams
+// wider than a warp combine their warps' results in shared memory, so every thread of
+// the block must call it the same number of times.
+template <int S, class Op>
+__device__ inline float team_reduce(float v, float* warp_results, Op op) {
+  constexpr int width = S < 32 ? S : 32;
+  const unsigned mask = group_mask<width>();
+#pragma unroll
+  for (int offset = width / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(mask, v, offset));
+  if constexpr (S > 32) {
     const int warp = threadIdx.x / 32, first = warp / (S / 32) * (S / 32);
     __syncthreads();  // the previous call's readers are done
-    if (threadIdx.x % 32 == 0) warp_sums[warp] = v;
+    if (threadIdx.x % 32 == 0) warp_results[warp] = v;
     __syncthreads();
-    float sum = 0;
+    v = warp_results[first];
 #pragma unroll
-    for (int w = 0; w < S / 32; ++w) sum += warp_sums[first + w];
-    return sum;
+    for (int w = 1; w < S / 32; ++w) v = op(v, warp_results[first + w]);
   }
+  return v;
+}
+
+template <int S>
+__device__ inline float team_sum(float v, float* warp_sums) {
+  return team_reduce<S>(v, warp_sums, [](float a, float b) { return a + b; });
 }
 
 // One row per team: the team reads its row once into registers, sums its squares, and
 // writes the normalised row from those registers. The block holds blockDim.x / S teams
 // (fewer than kTeamsPerBlock when rows are few, so that they spread over every SM).
-// With AddBranch, x += branch first (rounded to T and written back, so the norm sees the
-// sum as stored, as a separate add would have left it). No __restrict__: x is read and
-// written.
-template <class T, int N, int S, bool AddBranch>
+// With AddBranch, x += branch · (branch_scales[row], or 1) first (rounded to T and written
+// back, so the norm sees the sum as stored, as a separate add would have left it). With
+// Codes, the row goes out as FP8 codes of one scale (codes, code_scales) instead of `out`.
+// No __restrict__: x is read and written.
+template <class T, int N, int S, bool AddBranch, bool Codes>
 __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
-    rmsnorm_forward_kernel(T* out, float* rstd, T* x, const T* branch, const T* weight, int64_t rows, int columns,
-                           float eps) {
+    rmsnorm_forward_kernel(T* out, uint8_t* codes, float* code_scales, float* rstd, T* x, const T* branch,
+                           const float* branch_scales, const T* weight, int64_t rows, int columns, float eps) {
   constexpr int L = kPacksPerLane<N>;
   using P = Pack<T, N>;
   __shared__ float warp_sums[kTeamsPerBlock<S> * S / 32];
@@ -74,25 +82,38 @@ __global__ void __launch_bounds__(kTeamsPerBlock<S>* S)
     w[j] = reinterpret_cast<const P*>(weight)[lane + j * S];  // loaded now, its latency hidden by the sum
     if constexpr (AddBranch) {
       const P b = reinterpret_cast<const P*>(branch + row * columns)[lane + j * S];
+      const float scale = branch_scales ? branch_scales[row] : 1.f;
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[j].v[k] = from_float<T>(to_float(v[j].v[k]) + to_float(b.v[k]));
+      for (int k = 0; k < N; ++k) v[j].v[k] = from_float<T>(to_float(v[j].v[k]) + to_float(b.v[k]) * scale);
       xr[lane + j * S] = v[j];
     }
 #pragma unroll
     for (int k = 0; k < N; ++k) sum += to_float(v[j].v[k]) * to_float(v[j].v[k]);
   }
   sum = team_sum<S>(sum, warp_sums);
-  if (!valid) return;  // after the team's last shared sum
   const float r = 1.0f / sqrtf(sum / static_cast<float>(columns) + eps);
-  if (lane == 0) rstd[row] = r;
-  P* yr = reinterpret_cast<P*>(out + row * columns);
+  float y[L][N];
+  float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < L; ++j) {
-    if (lane + j * S >= packs) continue;
-    P y;
+    if (!valid || lane + j * S >= packs) continue;
 #pragma unroll
-    for (int k = 0; k < N; ++k) y.v[k] = from_float<T>(to_float(w[j].v[k]) * (to_float(v[j].v[k]) * r));
-    yr[lane + j * S] = y;
+    for (int k = 0; k < N; ++k) {
+      y[j][k] = to_float(w[j].v[k]) * (to_float(v[j].v[k]) * r);
+      amax = fmaxf(amax, fabsf(y[j][k]));
+    }
+  }
+  if constexpr (Codes) amax = team_reduce<S>(amax, warp_sums, [](float a, float b) { return fmaxf(a, b); });
+  if (!valid) return;  // after the team's last shared reduction
+  if (lane == 0) rstd[row] = r;
+  const float inverse = e4m3_inverse_scale(amax);
+  if (Codes && lane == 0) code_scales[row] = e4m3_scale(amax);
+#pragma unroll
+  for (int j = 0; j < L; ++j) {
+    const int p = lane + j * S;
+    if (p >= packs) continue;
+    if constexpr (Codes) store_e4m3<N>(codes + row * columns + p * N, y[j], inverse);
+    else store<N>(out + row * columns + p * N, y[j]);
   }
 }
 
@@ -252,41 +273,61 @@ void check_row_width(int64_t columns, const char* op) {
 }
 
 // The forward kernel for checked arguments; branch is empty for the plain norm.
-void launch_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& branch,
+void launch_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const ScaledRows& branch,
                             const Tensor& weight, float eps, cudaStream_t stream, const char* op) {
   const int64_t N = x.shape[0], D = x.shape[1];
   check_row_width(D, op);
   if (N == 0 || D == 0) return;
-  const bool add_branch = branch.data != nullptr;
+  const bool add_branch = branch.values.data != nullptr, coded = out.values.dtype == DType::F8_E4M3;
   dispatch_data(x.dtype, [&](auto tag) {
     using E = decltype(tag);
-    auto launch = [&](auto pack, auto with_branch) {
+    auto launch = [&](auto pack, auto with_branch, auto with_codes) {
       constexpr int P = decltype(pack)::value;
       constexpr int L = kPacksPerLane<P>;
+      constexpr bool Codes = decltype(with_codes)::value;
       with_team_size<4, 1024>((D / P + L - 1) / L, [&](auto team) {
         constexpr int S = decltype(team)::value;
         // Few rows (a decode step's 64 to 256 tokens): smaller blocks, down to a warp or a
         // team, until there are enough to occupy every SM.
         int teams = kTeamsPerBlock<S>;
         while ((N + teams - 1) / teams < kBusyBlocks && (teams / 2) * S >= 32) teams /= 2;
-        rmsnorm_forward_kernel<E, P, S, decltype(with_branch)::value>
+        rmsnorm_forward_kernel<E, P, S, decltype(with_branch)::value, Codes>
             <<<static_cast<unsigned>((N + teams - 1) / teams), teams * S, 0, stream>>>(
-                out.ptr<E>(), rstd.ptr<float>(), x.ptr<E>(), branch.ptr<E>(), weight.ptr<E>(), N, static_cast<int>(D),
-                eps);
+                Codes ? nullptr : out.values.ptr<E>(), Codes ? out.values.ptr<uint8_t>() : nullptr,
+                out.scales.ptr<float>(), rstd.ptr<float>(), x.ptr<E>(), branch.values.ptr<E>(),
+                branch.scales.ptr<float>(), weight.ptr<E>(), N, static_cast<int>(D), eps);
       });
     };
-    auto with_pack = [&](auto with_branch) {
-      if (D % kPack<E> == 0 && aligned16(out.data, x.data, weight.data) && (!add_branch || aligned16(branch.data)))
-        launch(std::integral_constant<int, kPack<E>>{}, with_branch);
+    auto with_pack = [&](auto with_branch, auto with_codes) {
+      if (D % kPack<E> == 0 && aligned16(out.values.data, x.data, weight.data) &&
+          (!add_branch || aligned16(branch.values.data)))
+        launch(std::integral_constant<int, kPack<E>>{}, with_branch, with_codes);
       else
-        launch(std::integral_constant<int, 1>{}, with_branch);
+        launch(std::integral_constant<int, 1>{}, with_branch, with_codes);
     };
-    if (add_branch)
-      with_pack(std::true_type{});
+    auto with_branch = [&](auto with_codes) {
+      if (add_branch)
+        with_pack(std::true_type{}, with_codes);
+      else
+        with_pack(std::false_type{}, with_codes);
+    };
+    if (coded)
+      with_branch(std::true_type{});
     else
-      with_pack(std::false_type{});
+      with_branch(std::false_type{});
     check_launch(op);
   });
+}
+
+// out [N, D]: x's dtype, or FP8 codes with their row scales.
+void check_out_rows(const ScaledRows& out, const Tensor& x, const char* op) {
+  const int64_t N = x.shape[0], D = x.shape[1];
+  check_op_arg(out.values, op, "out", Device::CUDA, {x.dtype, DType::F8_E4M3}, {N, D});
+  if (out.values.dtype == DType::F8_E4M3)
+    check_op_arg(out.scales, op, "out scales", Device::CUDA, {DType::F32}, {N});
+  else if (out.scales.data)
+    throw std::invalid_argument(std::string(op) + ": scales are written only with FP8 codes, not " +
+                                out.values.describe());
 }
 
 // The backward kernels for checked arguments, x [N, D]; rope.heads is 0 for the plain norm.
@@ -347,24 +388,25 @@ void launch_rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tens
 
 }  // namespace
 
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+void rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
                      cudaStream_t stream) {
   constexpr const char* op = "cuda::rmsnorm_forward";
   check_op_arg(x, op, "x", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t N = x.shape[0], D = x.shape[1];
-  check_op_arg(out, op, "out", Device::CUDA, {x.dtype}, {N, D});
+  check_out_rows(out, x, op);
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
   launch_rmsnorm_forward(out, rstd, x, Tensor{}, weight, eps, stream, op);
 }
 
-void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+void add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden, const ScaledRows& branch,
                          const Tensor& weight, float eps, cudaStream_t stream) {
   constexpr const char* op = "cuda::add_rmsnorm_forward";
   check_op_arg(hidden, op, "hidden", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t N = hidden.shape[0], D = hidden.shape[1];
-  check_op_arg(branch, op, "branch", Device::CUDA, {hidden.dtype}, {N, D});
-  check_op_arg(out, op, "out", Device::CUDA, {hidden.dtype}, {N, D});
+  check_op_arg(branch.values, op, "branch", Device::CUDA, {hidden.dtype}, {N, D});
+  if (branch.scales.data) check_op_arg(branch.scales, op, "branch scales", Device::CUDA, {DType::F32}, {N});
+  check_out_rows(out, hidden, op);
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {hidden.dtype}, {D});
   launch_rmsnorm_forward(out, rstd, hidden, branch, weight, eps, stream, op);

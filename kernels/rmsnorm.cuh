@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "model/grad_write.h"
+#include "model/ops.h"  // ScaledRows
 #include "tensor/tensor.h"
 
 namespace tandem::cuda {
@@ -18,13 +19,14 @@ namespace tandem::cuda {
 inline constexpr int64_t kRmsnormMaxColumns = 12288;
 
 // out = x / sqrt(mean(x²) + eps) * weight: x, out [N, D] and weight [D] of one data dtype
-// (F32 or BF16), rstd F32 [N] (the reciprocal std, kept for backward).
-void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+// (F32 or BF16), rstd F32 [N] (the reciprocal std, kept for backward). out may instead be
+// FP8 codes with a scale per row (Ops::rmsnorm_forward).
+void rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
                      cudaStream_t stream);
-// hidden += branch (rounded to hidden's dtype), then out and rstd as rmsnorm_forward of the
-// new hidden, in one kernel: the engine's residual add and the norm that follows it.
-// CPU twin: CpuOps::add_rmsnorm_forward.
-void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+// hidden += branch (times its row scales, if any; rounded to hidden's dtype), then out and
+// rstd as rmsnorm_forward of the new hidden, in one kernel: the engine's residual add and
+// the norm that follows it. CPU twin: CpuOps::add_rmsnorm_forward.
+void add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden, const ScaledRows& branch,
                          const Tensor& weight, float eps, cudaStream_t stream);
 // dx = or += ∂out/∂x · dout as dx_write says (dx, dout, x, weight of x's dtype; overwrite
 // never reads dx), dweight F32 [D] += Σ_rows dout · x · rstd. Uses stream-ordered scratch

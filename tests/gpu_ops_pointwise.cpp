@@ -137,6 +137,12 @@ Tolerance data_tolerance(DType dtype) { return dtype == DType::BF16 ? kBF16Data 
 // The start of a gradient that must be overwritten: any read of it propagates a NaN.
 std::vector<float> nans(int64_t n) { return std::vector<float>(n, std::nanf("")); }
 
+// Row scales as an FP8 projection's output carries them: positive, over decades.
+std::vector<float> row_scales(std::vector<float> normal_values) {
+  for (float& v : normal_values) v = std::exp2(v);
+  return normal_values;
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tolerance,
                   const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -611,7 +617,7 @@ TEST_F(GpuPointwise, QkNormRopeMatchesCpuAlsoInPlace) {
 // against CpuPagedAttention::store_qkv (the column split, qk_norm_rope_forward, store):
 // every token goes to its own cache row, in shuffled order, and the rows no token writes
 // keep their contents.
-TEST_F(GpuPointwise, QkvNormRopeStoreMatchesCpuStoreQkv) {
+TEST_F(GpuPointwise, QkvNormRopeStoreMatchesCpuStoreQkvAlsoOfScaledRows) {
   CpuPagedAttention cpu_attention;
   for (DType dtype : kDataTypes) {
     for (const auto& [T, H, KV, D] : kQkShapes) {
@@ -639,6 +645,15 @@ TEST_F(GpuPointwise, QkvNormRopeStoreMatchesCpuStoreQkv) {
         expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q");
         expect_close(keys.download(), keys.host(), data_tolerance(dtype), what + " key cache");
         expect_close(values.download(), values.host(), kExact, what + " value cache");
+        // An FP8 projection's rows, with their row scales: values are scaled once more.
+        const Operand scales(DType::F32, {T}, row_scales(normal(T, 0.0f, 2.0f)));
+        cpu_attention.store_qkv(q_out.cpu(), {keys.cpu(), values.cpu()}, {qkv.cpu(), scales.cpu()}, cpu_q_norm,
+                                cpu_k_norm, positions.cpu(), freq.cpu(), slots.cpu(), H, KV, 1e-6f);
+        cuda::qkv_norm_rope_store(q_out.gpu(), {keys.gpu(), values.gpu()}, {qkv.gpu(), scales.gpu()}, gpu_q_norm,
+                                  gpu_k_norm, positions.gpu(), freq.gpu(), slots.gpu(), H, KV, 1e-6f, nullptr);
+        expect_close(q_out.download(), q_out.host(), data_tolerance(dtype), what + " q of scaled rows");
+        expect_close(keys.download(), keys.host(), data_tolerance(dtype), what + " key cache of scaled rows");
+        expect_close(values.download(), values.host(), data_tolerance(dtype), what + " value cache of scaled rows");
       }
     }
   }
@@ -841,6 +856,112 @@ TEST_F(GpuPointwise, ElementwiseRefusesBadArguments) {
   std::vector<float> host(16);
   expect_refused([&] { cuda::zero(Tensor::view(host.data(), DType::F32, Device::CPU, {16}), nullptr); }, "cuda::zero",
                  "'dst'");
+}
+
+// ---------------------------------------------------------------- FP8 codes with row scales
+
+// Rows of FP8 codes [N, D] and a scale per row, in both backends, as the engine's FP8
+// projections take their inputs (Ops::rmsnorm_forward and swiglu_forward write them).
+class CodedRows {
+ public:
+  CodedRows(int64_t rows, int64_t columns)
+      : codes_(rows * columns), scales_(rows), codes_on_gpu_(rows * columns), scales_on_gpu_(rows * 4) {
+    cpu_ = {Tensor::view(codes_.data(), DType::F8_E4M3, Device::CPU, {rows, columns}),
+            Tensor::view(scales_.data(), DType::F32, Device::CPU, {rows})};
+    gpu_ = {Tensor::view(codes_on_gpu_.data, DType::F8_E4M3, Device::CUDA, {rows, columns}),
+            Tensor::view(scales_on_gpu_.data, DType::F32, Device::CUDA, {rows})};
+  }
+  const ScaledRows& cpu() const { return cpu_; }
+  const ScaledRows& gpu() const { return gpu_; }
+
+  // The GPU's rows against the CPU's: the scales within the data's error; each decoded
+  // value within it plus one code step (2^-3 of the element, where a rounding point lies
+  // between the two) or the subnormal step (2^-9 of the scale).
+  void expect_close_to_cpu(Tolerance tolerance, const std::string& what) const {
+    std::vector<uint8_t> codes(codes_.size());
+    std::vector<float> scales(scales_.size());
+    check(cudaMemcpy(codes.data(), codes_on_gpu_.data, codes.size(), cudaMemcpyDeviceToHost), "download");
+    check(cudaMemcpy(scales.data(), scales_on_gpu_.data, scales.size() * 4, cudaMemcpyDeviceToHost), "download");
+    const int64_t columns = static_cast<int64_t>(codes_.size() / scales_.size());
+    for (size_t row = 0; row < scales_.size(); ++row) {
+      const float want_scale = scales_[row], got_scale = scales[row];
+      ASSERT_NEAR(got_scale, want_scale, tolerance.rtol * want_scale + 1e-30) << what << " row " << row;
+      for (int64_t d = 0; d < columns; ++d) {
+        const size_t i = row * columns + d;
+        const float want = e4m3_to_float(codes_[i]) * want_scale, got = e4m3_to_float(codes[i]) * got_scale;
+        ASSERT_LE(std::abs(got - want), 0.125f * std::abs(want) + 0x1p-9f * want_scale + tolerance.rtol * 448 * want_scale)
+            << what << " row " << row << " column " << d;
+      }
+    }
+  }
+
+ private:
+  std::vector<uint8_t> codes_;
+  std::vector<float> scales_;
+  DeviceBuffer codes_on_gpu_, scales_on_gpu_;
+  ScaledRows cpu_{Tensor{}}, gpu_{Tensor{}};
+};
+
+// The norms before the FP8 projections: rmsnorm into codes, and the residual add of a
+// scaled branch (down_proj's FP8 output) into codes or into the dtype.
+TEST_F(GpuPointwise, NormsWriteFp8CodesAndAddScaledBranchesLikeCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, D] : kRmsnormShapes) {
+      const std::string what = label("rmsnorm into FP8 codes", dtype, {N, D});
+      const Operand x(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+      const Operand weight(dtype, {D}, normal(D, 1.0f, 0.1f));
+      Operand rstd(DType::F32, {N}, normal(N));
+      CodedRows codes(N, D);
+      cpu_.rmsnorm_forward(codes.cpu(), rstd.cpu(), x.cpu(), weight.cpu(), 1e-6f);
+      cuda::rmsnorm_forward(codes.gpu(), rstd.gpu(), x.gpu(), weight.gpu(), 1e-6f, nullptr);
+      codes.expect_close_to_cpu(data_tolerance(dtype), what);
+      expect_close(rstd.download(), rstd.host(), kF32Sums, what + " rstd");
+
+      for (const bool coded : {true, false}) {
+        const std::string added = label(coded ? "add_rmsnorm of a scaled branch into FP8 codes"
+                                              : "add_rmsnorm of a scaled branch",
+                                        dtype, {N, D});
+        Operand hidden(dtype, {N, D}, normal(N * D, 0.0f, 2.0f));
+        const Operand branch(dtype, {N, D}, normal(N * D, 0.0f, 0.1f));
+        const Operand scales(DType::F32, {N}, row_scales(normal(N, 0.0f, 3.0f)));
+        Operand out(dtype, {N, D}, normal(N * D));
+        CodedRows out_codes(N, D);
+        const auto out_on = [&](Device device) -> ScaledRows {
+          if (coded) return device == Device::CPU ? out_codes.cpu() : out_codes.gpu();
+          return device == Device::CPU ? out.cpu() : out.gpu();
+        };
+        cpu_.add_rmsnorm_forward(out_on(Device::CPU), rstd.cpu(), hidden.cpu(), {branch.cpu(), scales.cpu()},
+                                 weight.cpu(), 1e-6f);
+        cuda::add_rmsnorm_forward(out_on(Device::CUDA), rstd.gpu(), hidden.gpu(), {branch.gpu(), scales.gpu()},
+                                  weight.gpu(), 1e-6f, nullptr);
+        expect_close(hidden.download(), hidden.host(), data_tolerance(dtype), added + " hidden");
+        // The norm of the sum as the GPU stored it, so that out measures the norm's error.
+        hidden.adopt_device_values();
+        cpu_.rmsnorm_forward(out_on(Device::CPU), rstd.cpu(), hidden.cpu(), weight.cpu(), 1e-6f);
+        if (coded) out_codes.expect_close_to_cpu(data_tolerance(dtype), added);
+        else expect_close(out.download(), out.host(), data_tolerance(dtype), added + " out");
+      }
+    }
+  }
+}
+
+// SwiGLU between the FP8 gate|up and down projections: gate|up with row scales, into FP8
+// codes (down's input) or into the dtype.
+TEST_F(GpuPointwise, SwigluOfScaledRowsWritesFp8CodesLikeCpu) {
+  for (DType dtype : kDataTypes) {
+    for (const auto& [N, I] : kFlatShapes) {
+      const Operand gate_up(dtype, {N, 2 * I}, with_extremes(normal(N * 2 * I, 0.0f, 0.3f)));
+      const Operand scales(DType::F32, {N}, row_scales(normal(N, 0.0f, 2.0f)));
+      CodedRows codes(N, I);
+      cpu_.swiglu_forward(codes.cpu(), {gate_up.cpu(), scales.cpu()});
+      cuda::swiglu_forward(codes.gpu(), {gate_up.gpu(), scales.gpu()}, nullptr);
+      codes.expect_close_to_cpu(data_tolerance(dtype), label("swiglu of scaled rows into FP8 codes", dtype, {N, I}));
+      Operand out(dtype, {N, I}, normal(N * I));
+      cpu_.swiglu_forward(out.cpu(), {gate_up.cpu(), scales.cpu()});
+      cuda::swiglu_forward(out.gpu(), {gate_up.gpu(), scales.gpu()}, nullptr);
+      expect_close(out.download(), out.host(), data_tolerance(dtype), label("swiglu of scaled rows", dtype, {N, I}));
+    }
+  }
 }
 
 }  // namespace

@@ -4,12 +4,13 @@
 // the HBM bandwidth ceiling is about 125k).
 //
 //   bench_decode [--batch 256] [--prompt 128] [--new 256] [--layers 28] [--runs 2]
-//                [--group 1] [--share-prompts 1] [--fp8-kv 0] [--plan-ahead 1]
+//                [--group 1] [--share-prompts 1] [--fp8-kv 0] [--fp8-weights 0] [--plan-ahead 1]
 //
 // Random BF16 weights and prompts; no stop tokens, so every sequence generates --new
 // tokens. --group G gives each prompt to G sequences in a row, as a GRPO step does; they
 // share the prompt's KV cache blocks unless --share-prompts 0. --fp8-kv 1 keeps the KV
-// cache in FP8 E4M3 codes with scales (rollout.kv-cache-dtype = fp8). --plan-ahead 0 plans
+// cache in FP8 E4M3 codes with scales (rollout.kv-cache-dtype = fp8). --fp8-weights 1 runs
+// the q|k|v, gate|up and down projections in FP8 (rollout.weight-dtype = fp8). --plan-ahead 0 plans
 // each decode step after the results of the one before (EngineOptions::plan_ahead, on by
 // default: the next step is queued while one runs). The first run captures the
 // decode graphs and is not timed; the figure is the best of --runs timed runs of the
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   options.max_sequence_length = prompt_tokens + new_tokens;
   options.share_prompts = arg_int(argc, argv, "--share-prompts", 1) != 0;
   options.fp8_kv_cache = arg_int(argc, argv, "--fp8-kv", 0) != 0;
+  options.fp8_weights = arg_int(argc, argv, "--fp8-weights", 0) != 0;
   options.plan_ahead = arg_int(argc, argv, "--plan-ahead", 1) != 0;
   const KvCacheGeometry block = KvCacheGeometry::for_blocks(
       config, 1, options.block_size, options.fp8_kv_cache ? DType::F8_E4M3 : DType::BF16);
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
     std::printf(", groups of %d (%s, %lld prompt tokens shared over the runs)", group,
                 options.share_prompts ? "prompt blocks shared" : "prompts apart",
                 static_cast<long long>(engine.stats().shared_prompt_tokens));
+  if (options.fp8_weights) std::printf(", FP8 E4M3 projections");
   if (!options.plan_ahead) std::printf(", each step planned after the results of the one before");
   std::printf("\n");
   std::printf("  %.3f s per generate | %.0f new tokens/s | %lld graphs | %lld steps (%lld planned ahead) | pool device peak %s\n",

@@ -29,6 +29,7 @@ EngineOptions engine_options_from_deck(const Deck& deck, const Task& task, const
   options.max_sequence_length = sequence_tokens_from_deck(deck, task, format);
   options.dtype = dtype;
   options.fp8_kv_cache = deck.get<std::string>("rollout.kv-cache-dtype") == "fp8";
+  options.fp8_weights = deck.get<std::string>("rollout.weight-dtype") == "fp8";
   options.share_prompts = deck.get<bool>("rollout.share-prompts");
   return options;
 }

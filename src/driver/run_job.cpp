@@ -28,6 +28,7 @@
 #include "io/checkpoint.h"
 #include "io/run_file.h"
 #include "io/run_file_copy.h"
+#include "rollout/engine_forward.h"
 #include "tensor/finite.h"
 #include "train/entropy_watch.h"
 #include "world/errors.h"
@@ -110,7 +111,11 @@ std::string startup_table(const World& world, const Roles& roles, const Deck& de
                                (deck.get<double>("rollout.kv-cache-fraction") > 0
                                     ? " (" + deck.text("rollout.kv-cache-fraction") + " of free memory)"
                                     : "") +
-                               (deck.get<std::string>("rollout.kv-cache-dtype") == "fp8" ? ", FP8 E4M3 with scales" : "");
+                               (deck.get<std::string>("rollout.kv-cache-dtype") == "fp8" ? ", FP8 E4M3 with scales" : "") +
+                               (deck.get<std::string>("rollout.weight-dtype") == "fp8"
+                                    ? "; + " + format_bytes(static_cast<double>(EngineForward::fp8_weight_bytes(model))) +
+                                          " of FP8 projections beside it"
+                                    : "");
   if (roles.split()) {
     // Each side on its own GPUs: no engine beside a trainer, nothing handed off.
     rows.push_back({"working copy", format_bytes(layout.slab_bytes(working_dtype))});

@@ -2,6 +2,7 @@
 
 #include "model/activations.h"
 #include "model/op_args.h"
+#include "tensor/fp8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +46,48 @@ std::vector<int32_t> sequence_starts(const Tensor& cu_seqlens, int64_t tokens, c
     for (int32_t t = cu[s]; t < cu[s + 1]; ++t) starts[t] = cu[s];
   }
   return starts;
+}
+
+// An op's output rows [N, D]: F32 values without scales, or FP8 E4M3 codes with a scale
+// per row.
+void expect_out_rows(const ScaledRows& out, const char* op, int64_t N, int64_t D) {
+  if (out.values.dtype == DType::F8_E4M3) {
+    expect(out.values, op, "out", DType::F8_E4M3, {N, D});
+    expect_f32(out.scales, op, "out scales", {N});
+  } else {
+    expect_f32(out.values, op, "out", {N, D});
+    if (out.scales.data)
+      throw std::invalid_argument(std::string("CpuOps::") + op + ": scales are written only with FP8 codes, not " +
+                                  out.values.describe());
+  }
+}
+
+// An op's input rows [N, D] of F32 values, with or without a scale per row; returns the
+// scales, or nullptr.
+const float* expect_in_rows(const ScaledRows& in, const char* op, const char* arg, int64_t N, int64_t D) {
+  check_op_arg(in.values, (std::string("CpuOps::") + op).c_str(), arg, Device::CPU, {DType::F32}, {N, D});
+  if (!in.scales.data) return nullptr;
+  expect_f32(in.scales, op, "scales", {N});
+  return in.scales.ptr<float>();
+}
+
+// Where an op computes row n of `out` [N, D] in FP32: the row itself, or for FP8 codes
+// `coded` (D floats, else empty), which encode_row then turns into the row's codes.
+float* out_row(const ScaledRows& out, int64_t n, int64_t D, std::vector<float>& coded) {
+  return coded.empty() ? out.values.ptr<float>() + n * D : coded.data();
+}
+std::vector<float> coded_row(const ScaledRows& out, int64_t D) {
+  return std::vector<float>(out.values.dtype == DType::F8_E4M3 ? D : 0);
+}
+
+// Row n of FP8 `out` from its FP32 values y [D]: the codes of the row's scale.
+void encode_row(const ScaledRows& out, int64_t n, const float* y, int64_t D) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(y[i]));
+  const float inverse = e4m3_inverse_scale(amax);
+  uint8_t* codes = out.values.ptr<uint8_t>() + n * D;
+  for (int64_t i = 0; i < D; ++i) codes[i] = float_to_e4m3(y[i] * inverse);
+  out.scales.ptr<float>()[n] = e4m3_scale(amax);
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
@@ -145,20 +188,23 @@ void CpuOps::embedding_backward(const Tensor& dtable, const Tensor& dout, const 
   }
 }
 
-void CpuOps::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, float eps) {
+void CpuOps::rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                             float eps) {
   expect_f32(x, "rmsnorm_forward", "x", {kAny, kAny});
   const int64_t N = x.shape[0], D = x.shape[1];
-  expect_f32(out, "rmsnorm_forward", "out", {N, D});
+  expect_out_rows(out, "rmsnorm_forward", N, D);
   expect_f32(rstd, "rmsnorm_forward", "rstd", {N});
   expect_f32(weight, "rmsnorm_forward", "weight", {D});
   const float* w = weight.ptr<float>();
 #pragma omp parallel for schedule(static) if (N * D >= kCpuParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = x.ptr<float>() + n * D;
-    float* y = out.ptr<float>() + n * D;
+    std::vector<float> coded = coded_row(out, D);
+    float* y = out_row(out, n, D, coded);
     const float r = 1.0f / std::sqrt(dot(row, row, D) / static_cast<float>(D) + eps);
     rstd.ptr<float>()[n] = r;
     for (int64_t i = 0; i < D; ++i) y[i] = w[i] * (row[i] * r);
+    if (!coded.empty()) encode_row(out, n, y, D);
   }
 }
 
@@ -195,15 +241,18 @@ void CpuOps::rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Ten
 }
 
 // The add, then rmsnorm_forward of its result: the same bits as the two passes apart.
-void CpuOps::add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
-                                 const Tensor& weight, float eps) {
+void CpuOps::add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden,
+                                 const ScaledRows& branch, const Tensor& weight, float eps) {
   expect_f32(hidden, "add_rmsnorm_forward", "hidden", {kAny, kAny});
-  expect_f32(branch, "add_rmsnorm_forward", "branch", {hidden.shape[0], hidden.shape[1]});
-  const int64_t n = hidden.numel();
+  const int64_t N = hidden.shape[0], D = hidden.shape[1];
+  const float* scales = expect_in_rows(branch, "add_rmsnorm_forward", "branch", N, D);
   float* h = hidden.ptr<float>();
-  const float* b = branch.ptr<float>();
-#pragma omp parallel for schedule(static) if (n >= kCpuParallelWork)
-  for (int64_t i = 0; i < n; ++i) h[i] += b[i];
+  const float* b = branch.values.ptr<float>();
+#pragma omp parallel for schedule(static) if (N * D >= kCpuParallelWork)
+  for (int64_t n = 0; n < N; ++n) {
+    const float scale = scales ? scales[n] : 1.f;  // exact without scales
+    for (int64_t i = 0; i < D; ++i) h[n * D + i] += b[n * D + i] * scale;
+  }
   rmsnorm_forward(out, rstd, hidden, weight, eps);
 }
 
@@ -240,6 +289,40 @@ void CpuOps::matmul_forward(const Tensor& out, const Tensor& x, const Tensor& we
       }
     }
   }
+}
+
+// The codes as FP32 values, then the product of those: the products of E4M3 values are
+// exact in FP32, as on the tensor cores; only the order of the sums differs.
+void CpuOps::fp8_matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& weight_scale) {
+  expect(x, "fp8_matmul_forward", "x", DType::F8_E4M3, {kAny, kAny});
+  expect(weight, "fp8_matmul_forward", "weight", DType::F8_E4M3, {kAny, x.shape[1]});
+  expect_f32(out, "fp8_matmul_forward", "out", {x.shape[0], weight.shape[0]});
+  expect_f32(weight_scale, "fp8_matmul_forward", "weight_scale", {1});
+  const auto decoded = [](const Tensor& codes) {
+    std::vector<float> values(codes.numel());
+    const uint8_t* c = codes.ptr<uint8_t>();
+    for (size_t i = 0; i < values.size(); ++i) values[i] = e4m3_to_float(c[i]);
+    return values;
+  };
+  std::vector<float> x_values = decoded(x), weight_values = decoded(weight);
+  matmul_forward(out, Tensor::view(x_values.data(), DType::F32, Device::CPU, x.shape),
+                 Tensor::view(weight_values.data(), DType::F32, Device::CPU, weight.shape), Tensor{});
+  const float scale = weight_scale.ptr<float>()[0];
+  float* y = out.ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) y[i] *= scale;
+}
+
+void CpuOps::quantize_fp8(const Tensor& codes, const Tensor& scale, const Tensor& x) {
+  expect_f32(x, "quantize_fp8", "x", {kAny, kAny});
+  expect(codes, "quantize_fp8", "codes", DType::F8_E4M3, {x.shape[0], x.shape[1]});
+  expect_f32(scale, "quantize_fp8", "scale", {1});
+  const float* v = x.ptr<float>();
+  float amax = 0.f;
+  for (int64_t i = 0; i < x.numel(); ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inverse = e4m3_inverse_scale(amax);
+  uint8_t* c = codes.ptr<uint8_t>();
+  for (int64_t i = 0; i < x.numel(); ++i) c[i] = float_to_e4m3(v[i] * inverse);
+  scale.ptr<float>()[0] = e4m3_scale(amax);
 }
 
 void CpuOps::matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -436,18 +519,26 @@ void CpuOps::swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor&
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
-void CpuOps::swiglu_forward(const Tensor& out, const Tensor& gate_up) {
-  expect_f32(gate_up, "swiglu_forward", "gate_up", {kAny, kAny});
-  const int64_t N = gate_up.shape[0], I = gate_up.shape[1] / 2;
-  if (gate_up.shape[1] % 2 != 0)
-    throw std::invalid_argument("CpuOps::swiglu_forward: argument 'gate_up' " + gate_up.describe() +
+void CpuOps::swiglu_forward(const ScaledRows& out, const ScaledRows& gate_up) {
+  const Tensor& values = gate_up.values;
+  expect_f32(values, "swiglu_forward", "gate_up", {kAny, kAny});
+  const int64_t N = values.shape[0], I = values.shape[1] / 2;
+  if (values.shape[1] % 2 != 0)
+    throw std::invalid_argument("CpuOps::swiglu_forward: argument 'gate_up' " + values.describe() +
                                 " has an odd number of columns: no gate and up halves");
-  expect_f32(out, "swiglu_forward", "out", {N, I});
+  const float* scales = expect_in_rows(gate_up, "swiglu_forward", "gate_up", N, 2 * I);
+  expect_out_rows(out, "swiglu_forward", N, I);
 #pragma omp parallel for schedule(static) if (N * I >= kCpuParallelWork)
   for (int64_t n = 0; n < N; ++n) {
-    const float *g = gate_up.ptr<float>() + n * 2 * I, *u = g + I;
-    float* y = out.ptr<float>() + n * I;
-    for (int64_t i = 0; i < I; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
+    const float *g = values.ptr<float>() + n * 2 * I, *u = g + I;
+    const float scale = scales ? scales[n] : 1.f;
+    std::vector<float> coded = coded_row(out, I);
+    float* y = out_row(out, n, I, coded);
+    for (int64_t i = 0; i < I; ++i) {
+      const float gate = g[i] * scale, up = u[i] * scale;  // exact without scales
+      y[i] = gate * sigmoid(gate) * up;
+    }
+    if (!coded.empty()) encode_row(out, n, y, I);
   }
 }
 

@@ -23,14 +23,17 @@ class CpuOps final : public Ops {
   void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
 
-  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+  void rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                        float eps) override;
   void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                         const Tensor& weight, const Tensor& rstd, GradWrite dx_write) override;
-  void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
+  void add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden, const ScaledRows& branch,
                            const Tensor& weight, float eps) override;
 
   void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) override;
+  void fp8_matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight,
+                          const Tensor& weight_scale) override;
+  void quantize_fp8(const Tensor& codes, const Tensor& scale, const Tensor& x) override;
   void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& x, const Tensor& weight, GradWrite dx_write) override;
 
@@ -54,7 +57,7 @@ class CpuOps final : public Ops {
                           const AttentionScratch& scratch) override;
 
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void swiglu_forward(const Tensor& out, const Tensor& gate_up) override;
+  void swiglu_forward(const ScaledRows& out, const ScaledRows& gate_up) override;
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up) override;
 };

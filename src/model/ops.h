@@ -33,6 +33,17 @@ struct AttentionScratch {
   Tensor score_grads;
 };
 
+// Rows that stand for their values times a factor each: row r for values[r] · scales[r],
+// scales F32 [N]; with scales empty, for the values themselves. FP8 E4M3 values always
+// carry scales. The engine's FP8 projections (Ops::fp8_matmul_forward) take their inputs
+// so, one scale per token, and hand the same scales on to whoever reads their outputs.
+// Implicit from a Tensor: rows without scales.
+struct ScaledRows {
+  ScaledRows(const Tensor& values, const Tensor& scales = {}) : values(values), scales(scales) {}  // NOLINT
+  Tensor values;
+  Tensor scales;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -53,21 +64,34 @@ class Ops {
 
   // out = x / sqrt(mean(x²) + eps) * weight over the last dim: x, out [N, D], weight [D],
   // rstd F32 [N]. Works per token ([T, hidden]) and per head ([T*heads, head_dim]).
-  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+  // out may be FP8 E4M3 codes with scales (ScaledRows): each row's scale is then its
+  // largest magnitude / 448 and its codes e4m3(element / scale) (tensor/fp8.h), from the
+  // FP32 result (not rounded to x's dtype first).
+  virtual void rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                                float eps) = 0;
   virtual void rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                                 const Tensor& weight, const Tensor& rstd, GradWrite dx_write) = 0;
   // The residual add and the norm after it in one pass (inference: the engine's decode
   // step, where each small kernel's start and drain cost more than its work):
   // hidden += branch, then out and rstd as rmsnorm_forward of the updated hidden [N, D].
-  virtual void add_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& hidden, const Tensor& branch,
-                                   const Tensor& weight, float eps) = 0;
+  // branch may carry row scales (an FP8 projection's output): hidden += values · scale.
+  virtual void add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& hidden,
+                                   const ScaledRows& branch, const Tensor& weight, float eps) = 0;
 
   // out [N, O] = x [N, I] · weight [O, I]ᵀ + bias [O]; bias and dbias may be empty
   // (data == nullptr) when the layer has none.
   virtual void matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) = 0;
   virtual void matmul_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& x, const Tensor& weight, GradWrite dx_write) = 0;
+  // The rollout's FP8 projection: out [N, O] = (x [N, I] · weight [O, I]ᵀ) · weight_scale,
+  // x and weight FP8 E4M3 codes, weight_scale F32 [1], FP32 accumulation, out in the
+  // working dtype. x's row scales are not applied: out's rows stand in their units, so out
+  // with x's scales (ScaledRows) is the product.
+  virtual void fp8_matmul_forward(const Tensor& out, const Tensor& x, const Tensor& weight,
+                                  const Tensor& weight_scale) = 0;
+  // codes (FP8 E4M3, shaped as x [R, C]) and scale F32 [1] of all of x: scale = x's largest
+  // magnitude / 448, codes e4m3(element / scale); all zero for an all-zero x.
+  virtual void quantize_fp8(const Tensor& codes, const Tensor& scale, const Tensor& x) = 0;
 
   // RoPE, Hugging Face's rotate_half pairing: dims i and i + head_dim/2 of every head
   // rotate together by position * inv_freq[i], inv_freq F32 [head_dim/2]. The forward
@@ -108,8 +132,9 @@ class Ops {
   // out = silu(gate) * up, all [N, I].
   virtual void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // The same on the output of one GEMM against gate_proj and up_proj stacked: each row of
-  // gate_up [N, 2I] is a row of gate then a row of up; out [N, I].
-  virtual void swiglu_forward(const Tensor& out, const Tensor& gate_up) = 0;
+  // gate_up [N, 2I] is a row of gate then a row of up; out [N, I]. gate_up may carry row
+  // scales, and out be FP8 codes with scales (as rmsnorm_forward's).
+  virtual void swiglu_forward(const ScaledRows& out, const ScaledRows& gate_up) = 0;
   virtual void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
                                const Tensor& up) = 0;
 };

@@ -97,7 +97,7 @@ void CpuPagedAttention::store(const CacheLayer& cache, const Tensor& k, const Te
 }
 
 // The unfused pieces in their order: the column split, CpuOps::qk_norm_rope_forward, store.
-void CpuPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv,
+void CpuPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
                                   const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) {
   const char* op = "CpuPagedAttention::store_qkv";
@@ -105,13 +105,14 @@ void CpuPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, 
   if (heads <= 0 || kv_heads <= 0 || q_out.shape[1] % heads != 0)
     fail("store_qkv", q_out.describe() + " does not split into " + std::to_string(heads) + " heads");
   const int64_t T = q_out.shape[0], QD = q_out.shape[1], KD = QD / heads * kv_heads, W = QD + 2 * KD;
-  check_op_arg(qkv, op, "qkv", kCpu, {DType::F32}, {T, W});
+  check_op_arg(qkv.values, op, "qkv", kCpu, {DType::F32}, {T, W});
+  if (qkv.scales.data) check_op_arg(qkv.scales, op, "qkv scales", kCpu, {DType::F32}, {T});
   std::vector<float> q(T * QD), k(T * KD), v(T * KD);
   for (int64_t t = 0; t < T; ++t) {
-    const float* row = qkv.ptr<float>() + t * W;
-    std::memcpy(q.data() + t * QD, row, QD * sizeof(float));
-    std::memcpy(k.data() + t * KD, row + QD, KD * sizeof(float));
-    std::memcpy(v.data() + t * KD, row + QD + KD, KD * sizeof(float));
+    const float* row = qkv.values.ptr<float>() + t * W;
+    const float scale = qkv.scales.data ? qkv.scales.ptr<float>()[t] : 1.f;  // exact without scales
+    for (int64_t i = 0; i < QD; ++i) q[t * QD + i] = row[i] * scale;
+    for (int64_t i = 0; i < KD; ++i) k[t * KD + i] = row[QD + i] * scale, v[t * KD + i] = row[QD + KD + i] * scale;
   }
   const Tensor k_rows = Tensor::view(k.data(), DType::F32, kCpu, {T, KD});
   CpuOps().qk_norm_rope_forward(q_out, k_rows, Tensor::view(q.data(), DType::F32, kCpu, {T, QD}), k_rows, q_norm,

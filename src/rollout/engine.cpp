@@ -55,7 +55,8 @@ Engine::Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPoo
       cache_(pool, cache_geometry_for(config, options), options.name + ".kv_cache"),
       backend_(make_engine_backend(pool, config, step_capacity(options, max_sequence_length_), options.name)),
       forward_(config, weights, backend_->ops(), backend_->attention(), pool,
-               step_capacity(options, max_sequence_length_), options.dtype, options.name + ".step_scratch"),
+               step_capacity(options, max_sequence_length_), options.dtype, options.fp8_weights,
+               options.name + ".step_scratch"),
       scheduler_({options.max_running, options.max_step_tokens, options.share_prompts}, cache_.blocks(),
                  options.block_size) {}
 
@@ -139,6 +140,10 @@ std::vector<Completion> Engine::step() {
       if (has_work()) throw std::logic_error(options_.name + ": the scheduler found no work for queued requests");
       return {};
     }
+    if (!weights_prepared_) {
+      forward_.prepare_weights();
+      weights_prepared_ = true;
+    }
     queue_step(chunks);
   }
   if (options_.plan_ahead && queued_.size() == 1 && queued_.back().decodes_only) {
@@ -148,7 +153,9 @@ std::vector<Completion> Engine::step() {
       ++stats_.steps_planned_ahead;
     }
   }
-  return apply_results();
+  std::vector<Completion> completions = apply_results();
+  if (!has_work()) weights_prepared_ = false;  // the weights may change until the next work
+  return completions;
 }
 
 void Engine::queue_step(const std::vector<ScheduledChunk>& chunks) {
@@ -252,6 +259,7 @@ std::vector<Completion> Engine::abort() {
     while (sequence->tokens.back() == Sequence::kUnsampled) sequence->tokens.pop_back();
     aborted.push_back(complete(std::move(sequence), FinishReason::Abort));
   }
+  weights_prepared_ = false;
   return aborted;
 }
 

@@ -46,6 +46,7 @@ struct EngineOptions {
   int64_t max_sequence_length = 0;           // prompt + completion; 0: the model's max_position
   DType dtype = DType::F32;                  // activations and KV cache (the weights' dtype)
   bool fp8_kv_cache = false;                 // the deck's rollout.kv-cache-dtype = fp8 (rollout/paged_attention.h)
+  bool fp8_weights = false;                  // the deck's rollout.weight-dtype = fp8 (rollout/engine_forward.h)
   bool share_prompts = true;                 // the deck's rollout.share-prompts (rollout/scheduler.h)
   bool plan_ahead = true;                    // queue a decode step while the one before runs (above)
   std::string name = "engine";               // prefix of the pool allocation names
@@ -65,7 +66,9 @@ struct EngineStats {
 class Engine {
  public:
   // `weights` (in options.dtype, in the memory of `pool`'s device) and `tokenizer` must
-  // outlive the engine; the tokenizer is needed only for stop strings. The engine runs on
+  // outlive the engine; the tokenizer is needed only for stop strings. The weights may
+  // change (a trainer's update) while the engine has no work: what it derives from them
+  // (FP8 codes) is made again when it takes up work. The engine runs on
   // the pool's device; its KV cache and step scratch come from `pool` under tags::kv_cache.
   Engine(const ModelConfig& config, const ParameterSet& weights, MemoryPool& pool, const EngineOptions& options,
          const Tokenizer* tokenizer = nullptr);
@@ -135,6 +138,10 @@ class Engine {
   Scheduler scheduler_;
   std::set<uint64_t> active_ids_;
   std::deque<QueuedStep> queued_;  // at most two: the running step and the one planned ahead
+  // Whether the forward's derived weights (EngineForward::prepare_weights) are those of
+  // `weights`: made when the engine takes up work, dropped when it runs out of work, the
+  // only time the weights (and the scratch, dropped with the cache) may change.
+  bool weights_prepared_ = false;
   EngineStats stats_;
 };
 

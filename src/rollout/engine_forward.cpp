@@ -16,7 +16,7 @@ namespace {
 
 EngineForward::EngineForward(const ModelConfig& config, const ParameterSet& weights, Ops& ops,
                              PagedAttention& attention, MemoryPool& pool, StepCapacity capacity, DType dtype,
-                             const std::string& name)
+                             bool fp8_weights, const std::string& name)
     : config_(config),
       params_(weights),
       ops_(ops),
@@ -24,6 +24,7 @@ EngineForward::EngineForward(const ModelConfig& config, const ParameterSet& weig
       pool_(pool),
       capacity_(capacity),
       dtype_(dtype),
+      fp8_weights_(fp8_weights),
       inv_freq_(config.rope_inv_freq()) {
   config_.validate();
   if (static_cast<int>(weights.layers.size()) != config_.layers)
@@ -34,6 +35,18 @@ EngineForward::EngineForward(const ModelConfig& config, const ParameterSet& weig
     const bool biased = p.q_bias.data || p.k_bias.data || p.v_bias.data;
     stacked_.push_back({biased ? Tensor{} : stacked_weights({p.q_proj, p.k_proj, p.v_proj}),
                         stacked_weights({p.gate_proj, p.up_proj})});
+  }
+  if (fp8_weights) {
+    for (const StackedWeights& layer : stacked_)
+      if (!layer.qkv_proj.data || !layer.gate_up_proj.data)
+        throw std::invalid_argument(
+            "EngineForward: FP8 weights need every layer's q|k|v and gate|up projections stacked, without biases");
+    // cuBLASLt's FP8 products take widths in multiples of 16.
+    for (const int64_t width : {config_.hidden, config_.q_dim() + 2 * config_.kv_dim(), 2 * config_.intermediate,
+                                config_.intermediate})
+      if (ops.device() == Device::CUDA && width % 16 != 0)
+        throw std::invalid_argument("EngineForward: FP8 weights need the projections' widths in multiples of 16, got " +
+                                    std::to_string(width));
   }
   if (capacity.max_sequences < 1 || capacity.max_tokens < capacity.max_sequences || capacity.max_blocks < 1)
     throw std::invalid_argument("EngineForward: capacity needs 1 <= max_sequences <= max_tokens and max_blocks >= 1");
@@ -101,8 +114,33 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   s.mlp = take(dtype_, {T, I});
   s.last_normed = take(dtype_, {B, C});
   s.logits = take(dtype_, {B, config_.vocab});
+  if (fp8_weights_) {
+    for (int l = 0; l < config_.layers; ++l)
+      s.fp8_layers.push_back({take(DType::F8_E4M3, {QD + 2 * KD, C}), take(DType::F8_E4M3, {2 * I, C}),
+                              take(DType::F8_E4M3, {C, I}), take(DType::F32, {1}), take(DType::F32, {1}),
+                              take(DType::F32, {1})});
+    s.normed_codes = take(DType::F8_E4M3, {T, C});
+    s.normed_scales = take(DType::F32, {T});
+    s.mlp_codes = take(DType::F8_E4M3, {T, I});
+    s.mlp_scales = take(DType::F32, {T});
+  }
   *bytes = offset;
   return s;
+}
+
+size_t EngineForward::fp8_weight_bytes(const ModelConfig& config) {
+  const int64_t per_layer = (config.q_dim() + 2 * config.kv_dim() + 3 * config.intermediate) * config.hidden;
+  return static_cast<size_t>(config.layers * per_layer);
+}
+
+void EngineForward::prepare_weights() {
+  if (!fp8_weights_) return;
+  for (int l = 0; l < config_.layers; ++l) {
+    const Fp8Layer& fp8 = scratch_.fp8_layers[l];
+    ops_.quantize_fp8(fp8.qkv_proj, fp8.qkv_scale, stacked_[l].qkv_proj);
+    ops_.quantize_fp8(fp8.gate_up_proj, fp8.gate_up_scale, stacked_[l].gate_up_proj);
+    ops_.quantize_fp8(fp8.down_proj, fp8.down_scale, params_.layers[l].down_proj);
+  }
 }
 
 void EngineForward::stage(const StepInputs& step) {
@@ -163,16 +201,25 @@ Tensor EngineForward::run(const KvCache& cache) {
   const Tensor hidden = rows(s.hidden), normed = rows(s.normed), branch = rows(s.branch), rstd = rows(s.rstd);
   const Tensor q = rows(s.q), attention = rows(s.attention);
   const Tensor gate_up = rows(s.gate_up), gate = rows(s.gate), up = rows(s.up), mlp = rows(s.mlp);
+  // With FP8 weights the norms before the FP8 projections write their inputs as codes.
+  const ScaledRows projected =
+      fp8_weights_ ? ScaledRows(rows(s.normed_codes), rows(s.normed_scales)) : ScaledRows(normed);
   ops_.embedding_forward(hidden, params_.embed_tokens, ids);
   // Each residual add also applies the norm that reads its result next (fewer kernels:
   // at decode sizes their start-up and drain cost more than their work).
-  ops_.rmsnorm_forward(normed, rstd, hidden, params_.layers[0].input_norm, eps);
+  ops_.rmsnorm_forward(projected, rstd, hidden, params_.layers[0].input_norm, eps);
   for (int l = 0; l < config_.layers; ++l) {
     const LayerParameters& p = params_.layers[l];
     const StackedWeights& stacked = stacked_[l];
     // Without qk_norm the norm weights are empty and q, k only rotate.
     Tensor q_in = q;
-    if (stacked.qkv_proj.data) {
+    if (fp8_weights_) {
+      const Fp8Layer& fp8 = s.fp8_layers[l];
+      const Tensor qkv = rows(s.qkv);
+      ops_.fp8_matmul_forward(qkv, projected.values, fp8.qkv_proj, fp8.qkv_scale);
+      attention_.store_qkv(q, cache.layer(l), ScaledRows(qkv, projected.scales), p.q_norm, p.k_norm, positions,
+                           s.inv_freq, batch.slots, H, KV, eps);
+    } else if (stacked.qkv_proj.data) {
       const Tensor qkv = rows(s.qkv);
       ops_.matmul_forward(qkv, normed, stacked.qkv_proj, Tensor{});
       attention_.store_qkv(q, cache.layer(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq, batch.slots, H, KV,
@@ -190,19 +237,31 @@ Tensor EngineForward::run(const KvCache& cache) {
     }
     attention_.attend(attention, q_in, cache.layer(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
-    ops_.add_rmsnorm_forward(normed, rstd, hidden, branch, p.post_attention_norm, eps);
+    ops_.add_rmsnorm_forward(projected, rstd, hidden, branch, p.post_attention_norm, eps);
 
-    if (stacked.gate_up_proj.data) {
-      ops_.matmul_forward(gate_up, normed, stacked.gate_up_proj, Tensor{});
-      ops_.swiglu_forward(mlp, gate_up);
+    // down_proj's output, with the row scales of its FP8 input.
+    ScaledRows down = branch;
+    if (fp8_weights_) {
+      const Fp8Layer& fp8 = s.fp8_layers[l];
+      const ScaledRows mlp_codes(rows(s.mlp_codes), rows(s.mlp_scales));
+      ops_.fp8_matmul_forward(gate_up, projected.values, fp8.gate_up_proj, fp8.gate_up_scale);
+      ops_.swiglu_forward(mlp_codes, ScaledRows(gate_up, projected.scales));
+      ops_.fp8_matmul_forward(branch, mlp_codes.values, fp8.down_proj, fp8.down_scale);
+      down = ScaledRows(branch, mlp_codes.scales);
     } else {
-      ops_.matmul_forward(gate, normed, p.gate_proj, Tensor{});
-      ops_.matmul_forward(up, normed, p.up_proj, Tensor{});
-      ops_.swiglu_forward(mlp, gate, up);
+      if (stacked.gate_up_proj.data) {
+        ops_.matmul_forward(gate_up, normed, stacked.gate_up_proj, Tensor{});
+        ops_.swiglu_forward(mlp, gate_up);
+      } else {
+        ops_.matmul_forward(gate, normed, p.gate_proj, Tensor{});
+        ops_.matmul_forward(up, normed, p.up_proj, Tensor{});
+        ops_.swiglu_forward(mlp, gate, up);
+      }
+      ops_.matmul_forward(branch, mlp, p.down_proj, Tensor{});
     }
-    ops_.matmul_forward(branch, mlp, p.down_proj, Tensor{});
     const bool last_layer = l + 1 == config_.layers;
-    ops_.add_rmsnorm_forward(normed, rstd, hidden, branch,
+    // The LM head reads the final norm in the working dtype.
+    ops_.add_rmsnorm_forward(last_layer ? ScaledRows(normed) : projected, rstd, hidden, down,
                              last_layer ? params_.final_norm : params_.layers[l + 1].input_norm, eps);
   }
   // The embedding lookup doubles as a row gather: each sequence's last new token, already

@@ -12,6 +12,15 @@
 // and only each sequence's LAST new token goes through the final norm and the LM head:
 // that is the only row a step samples from, and [T, vocab] logits of a long prompt chunk
 // would be by far the largest buffer.
+//
+// With FP8 weights (the deck's rollout.weight-dtype = fp8), the q|k|v, gate|up and down
+// projections run on FP8 E4M3 tensor cores: each stacked weight matrix as codes of one
+// scale (Ops::quantize_fp8, derived by prepare_weights), each token's input as codes of
+// its own scale, written by the kernel before the GEMM (the norms, SwiGLU), and the scale
+// applied by the kernel after it (the q/k norm and cache store, SwiGLU, the residual
+// add). Half the weight bytes and twice the tensor rate of BF16 for those GEMMs; o_proj
+// (whose input comes from attention blocks of one head each, with no token-wide scale)
+// and the LM head (whose logits the sampler reads) stay in the working dtype.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,13 +62,23 @@ class EngineForward {
   // contents live for one step and it can be dropped whenever the cache is. It holds the
   // buffers of the q|k|v paths that `weights` take, so their layout is fixed from here
   // on (weights that move between offloads come back to the same addresses).
+  // With fp8_weights the scratch also holds the FP8 copies of the projections, which
+  // prepare_weights() derives: every layer's q|k|v and gate|up must stack
+  // (model/parameters.h: stacked_weights, without biases).
   EngineForward(const ModelConfig& config, const ParameterSet& weights, Ops& ops, PagedAttention& attention,
-                MemoryPool& pool, StepCapacity capacity, DType dtype, const std::string& name);
+                MemoryPool& pool, StepCapacity capacity, DType dtype, bool fp8_weights, const std::string& name);
   ~EngineForward();
   EngineForward(const EngineForward&) = delete;
   EngineForward& operator=(const EngineForward&) = delete;
 
   const StepCapacity& capacity() const { return capacity_; }
+  // The FP8 projections' codes that the scratch holds with FP8 weights.
+  static size_t fp8_weight_bytes(const ModelConfig& config);
+
+  // Derives what run() reads from the weights besides the weights themselves (with FP8
+  // weights, their codes and scales; nothing otherwise): after they changed, and after the
+  // scratch was dropped with the cache. Queued on the backend like a step.
+  void prepare_weights();
 
   // Checks the step and queues ONE copy of all its inputs (ids, positions, slots, block
   // tables, ...) into the scratch, so that run() reads them from fixed addresses. The
@@ -77,11 +96,21 @@ class EngineForward {
   Tensor run(const KvCache& cache);
 
  private:
+  // A layer's FP8 projections: codes of the stacked q|k|v, gate|up and down matrices,
+  // and each matrix's scale (F32 [1]).
+  struct Fp8Layer {
+    Tensor qkv_proj, gate_up_proj, down_proj;
+    Tensor qkv_scale, gate_up_scale, down_scale;
+  };
   struct Scratch {
     Tensor token_ids, from_rows, positions, slots, cu_queries, context_lens, block_tables, last_rows;  // I32
     Tensor inv_freq, rstd;                                                                  // F32
     Tensor hidden, normed, qkv, q, k, v, q_normed, k_normed, attention, branch, gate, up, gate_up, mlp;
     Tensor last_normed, logits;
+    // FP8 weights only: each layer's projections, and their inputs as codes with a scale
+    // per token.
+    std::vector<Fp8Layer> fp8_layers;
+    Tensor normed_codes, normed_scales, mlp_codes, mlp_scales;
   };
   // Lays the scratch out from `base` (nullptr: only measures). The step inputs come
   // first, so one copy of [0, inputs_bytes) stages them all.
@@ -101,6 +130,7 @@ class EngineForward {
   MemoryPool& pool_;
   StepCapacity capacity_;
   DType dtype_;
+  bool fp8_weights_;
   Allocation* allocation_ = nullptr;
   Scratch scratch_;
   std::vector<float> inv_freq_;

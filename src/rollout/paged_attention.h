@@ -14,6 +14,7 @@
 // holds them), code = e4m3(element · 448 / amax) (tensor/fp8.h; all zero when amax is 0),
 // and attention reads code · scale. Half the bytes of BF16, where decode is bound by them.
 #pragma once
+#include "model/ops.h"  // ScaledRows
 #include "tensor/tensor.h"
 
 namespace tandem {
@@ -40,10 +41,11 @@ class PagedAttention {
   // k, v: [T, kv_heads*head_dim] in the working dtype.
   virtual void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) = 0;
   // The same store from a layer's fused q|k|v projection, with the rotation before it:
-  // qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads; q_out [T,
-  // heads·head_dim] and the stored keys are those of Ops::qk_norm_rope_forward (q_norm and
-  // k_norm [head_dim], or both empty for rope alone), the stored values v as they are.
-  virtual void store_qkv(const Tensor& q_out, const CacheLayer& cache, const Tensor& qkv,
+  // qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads (times its
+  // row scale where qkv has scales: an FP8 projection's output); q_out [T, heads·head_dim]
+  // and the stored keys are those of Ops::qk_norm_rope_forward (q_norm and k_norm
+  // [head_dim], or both empty for rope alone), the stored values v as they are.
+  virtual void store_qkv(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
                          const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
                          const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) = 0;
   // out, q: [T, heads*head_dim].

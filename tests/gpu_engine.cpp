@@ -6,14 +6,18 @@
 //   BF16: greedy is the argmax of the trainer's BF16 full forward at every step, up to
 //        near-ties (a gap below 2e-2 of the logit scale), log-probs within 5e-2 + 3% (two
 //        BF16 forwards through different attention kernels, rounded at every op);
+//   FP8 projections: log-probs as near the trainer's full forward (on the engine's own
+//        tokens) as the CPU engine's, within twice its gap + 0.05;
 //   graphs: captured once per decode batch size and still right after the weights and
-//        the KV cache went off the device and came back (stable addresses), none re-captured.
+//        the KV cache went off the device and came back (stable addresses), none re-captured;
+//        with FP8 projections, their codes made again after the drop.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "model/cuda_ops.h"
 #include "rollout/engine.h"
@@ -23,6 +27,7 @@
 #include "test_rollout_support.h"
 
 using namespace tandem;
+using tandem::testing::largest_logprob_gap;
 using tandem::testing::random_prompt;
 using tandem::testing::TinyModel;
 
@@ -81,23 +86,18 @@ struct DeviceWeights {
 // Also with an FP8 KV cache on both sides: the GPU codes the same FP32 keys and values as
 // the CPU, but a key that differs in its last bit (another order of the norm's sum) can
 // land on the other side of a rounding point, a code step (1/16 of one element) apart:
-// log-probs within 5e-3 there. The same holds for FP8 projections (each token's inputs
-// coded by the norms and SwiGLU), whose codes more values go through: within 2e-2.
-struct Fp8Parts {
-  bool kv_cache, weights;
-};
-class GpuEngineF32 : public ::testing::TestWithParam<Fp8Parts> {};
+// log-probs within 5e-3 there.
+class GpuEngineF32 : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GpuEngineF32, MatchesTheCpuEngineTokenForToken) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  const bool fp8 = GetParam().kv_cache;
+  const bool fp8 = GetParam();
   TinyModel model(engine_config(), {512, 32});
   auto cpu_pool = MemoryPool::create(Device::CPU);
   auto gpu_pool = MemoryPool::create(Device::CUDA, 0);
   DeviceWeights weights(*gpu_pool, model, DType::F32);
   EngineOptions options = engine_options(DType::F32);
   options.fp8_kv_cache = fp8;
-  options.fp8_weights = GetParam().weights;
   Engine cpu(model.config, model.params, *cpu_pool, options);
   Engine gpu(model.config, weights.params, *gpu_pool, options);
   const std::vector<Completion> expected = cpu.generate(mixed_requests(model.config.vocab));
@@ -107,8 +107,7 @@ TEST_P(GpuEngineF32, MatchesTheCpuEngineTokenForToken) {
     EXPECT_EQ(got[r].tokens, expected[r].tokens) << "request " << r;
     ASSERT_EQ(got[r].logprobs.size(), expected[r].logprobs.size());
     for (size_t t = 0; t < got[r].logprobs.size(); ++t)
-      EXPECT_NEAR(got[r].logprobs[t], expected[r].logprobs[t], options.fp8_weights ? 2e-2 : fp8 ? 5e-3 : 1e-4)
-          << "request " << r << " token " << t;
+      EXPECT_NEAR(got[r].logprobs[t], expected[r].logprobs[t], fp8 ? 5e-3 : 1e-4) << "request " << r << " token " << t;
   }
   EXPECT_GE(gpu.stats().graphs_captured, 3) << "the shrinking decode batch should have used several graph sizes";
   EXPECT_GT(gpu.stats().steps_planned_ahead, 0);
@@ -116,11 +115,33 @@ TEST_P(GpuEngineF32, MatchesTheCpuEngineTokenForToken) {
   EXPECT_EQ(gpu.cache_geometry().dtype, fp8 ? DType::F8_E4M3 : DType::F32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fp8, GpuEngineF32,
-                         ::testing::Values(Fp8Parts{false, false}, Fp8Parts{true, false}, Fp8Parts{false, true}),
-                         [](const ::testing::TestParamInfo<Fp8Parts>& info) {
-                           return std::string(info.param.weights ? "Fp8Weights" : info.param.kv_cache ? "Fp8Cache" : "F32");
+INSTANTIATE_TEST_SUITE_P(KvCache, GpuEngineF32, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Fp8Cache" : "F32Cache");
                          });
+
+// FP8 projections cannot match the CPU engine token for token: the FP8 tensor cores add
+// their products with fewer bits than FP32 (tests/gpu_ops_fp8.cpp), so a token's input
+// codes can land a step apart, and a sample near a boundary of the draw goes another way.
+// What must hold: the GPU engine's log-probs stay as near the trainer's on its own tokens
+// as the CPU engine's (the same FP8 arithmetic in FP32) stay on its tokens.
+TEST(GpuEngine, Fp8ProjectionsStayAsNearTheTrainerAsTheCpuEngines) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  TinyModel model(engine_config(), {1024, 32});
+  auto cpu_pool = MemoryPool::create(Device::CPU);
+  auto gpu_pool = MemoryPool::create(Device::CUDA, 0);
+  DeviceWeights weights(*gpu_pool, model, DType::F32);
+  EngineOptions options = engine_options(DType::F32);
+  options.fp8_weights = true;
+  Engine cpu(model.config, model.params, *cpu_pool, options);
+  Engine gpu(model.config, weights.params, *gpu_pool, options);
+  const std::vector<GenerationRequest> requests = mixed_requests(model.config.vocab);
+  const double cpu_gap = largest_logprob_gap(model, requests, cpu.generate(requests));
+  const double gpu_gap = largest_logprob_gap(model, requests, gpu.generate(requests));
+  std::printf("largest log-prob difference to the trainer's: CPU engine %.3g, GPU engine %.3g\n", cpu_gap, gpu_gap);
+  EXPECT_GT(gpu_gap, 1e-3) << "the projections should round";
+  EXPECT_LT(gpu_gap, 2 * cpu_gap + 0.05);
+}
 
 // With FP8 projections too, whose codes (in the step scratch) are dropped with the cache
 // and made again when the engine takes up work.

@@ -3,15 +3,20 @@
 // random inputs each run (the seed is printed with every failure):
 //   quantize_fp8        exact: the same largest magnitude, the same FP32 product per
 //                       element and the same rounding (nearest even, saturating at 448)
-//   fp8_matmul_forward  F32 out: |gpu - cpu| <= 1e-5 · (|cpu| + rms(cpu)) (E4M3 products
-//                       are exact in FP32; only the order of the sums differs); BF16 out:
-//                       1e-2 (one rounding to BF16 on top)
+//   fp8_matmul_forward  F32 out: |gpu - cpu| <= 5e-3 · (|cpu| + rms(cpu)): E4M3 products
+//                       are exact in FP32, but Hopper's FP8 tensor cores add them with
+//                       fewer mantissa bits than FP32 (about 14, as DeepSeek-V3 measured
+//                       on the H800) before cuBLASLt promotes the sums (1e-5 failed for
+//                       most elements of a 3072-long sum); BF16 out: 1e-2 (one rounding
+//                       to BF16 on top)
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
@@ -103,7 +108,7 @@ TEST_F(GpuFp8, QuantizeGivesTheCpusCodesAndScale) {
                         Tensor::view(&want_scale, DType::F32, Device::CPU, {1}),
                         Tensor::view(values.data(), DType::F32, Device::CPU, {R, C}));
       EXPECT_EQ(download<float>(scale, 1)[0], want_scale) << what;
-      EXPECT_EQ(want_scale, 0.9f / 448) << what;
+      EXPECT_EQ(want_scale, std::abs(values[R * C / 2]) / 448) << what;
       const std::vector<uint8_t> got = download<uint8_t>(codes, R * C);
       int64_t differ = 0;
       for (int64_t i = 0; i < R * C; ++i) differ += got[i] != want_codes[i];
@@ -161,9 +166,15 @@ TEST_F(GpuFp8, MatmulOfCodesMatchesCpu) {
       double square_sum = 0;
       for (const float w : want) square_sum += static_cast<double>(w) * w;
       const double rms = std::sqrt(square_sum / static_cast<double>(want.size()));
-      const double tolerance = out_dtype == DType::F32 ? 1e-5 : 1e-2;
+      const double tolerance = out_dtype == DType::F32 ? 5e-3 : 1e-2;
       int64_t bad = 0;
-      for (size_t i = 0; i < want.size(); ++i) bad += !(std::abs(got[i] - want[i]) <= tolerance * (std::abs(want[i]) + rms));
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double error = std::abs(got[i] - want[i]) / (std::abs(want[i]) + rms);
+        worst = std::max(worst, error);
+        bad += !(error <= tolerance);
+      }
+      std::printf("%s: largest error %.3g of (|cpu| + rms)\n", what.c_str(), worst);
       EXPECT_EQ(bad, 0) << what << ": elements off (rms " << rms << ")";
       EXPECT_GT(rms, 0.0) << what;
     }

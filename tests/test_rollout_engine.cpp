@@ -17,6 +17,7 @@
 namespace tandem {
 namespace {
 
+using testing::largest_logprob_gap;
 using testing::random_prompt;
 using testing::reference_logprob;
 using testing::RolloutRig;
@@ -65,32 +66,6 @@ TEST_P(EngineVariant, GreedyWithCacheIsTheArgmaxOfAFullForwardAtEveryStep) {
   }
 }
 
-// The largest difference between a completion's recorded log-probs and the trainer's log
-// softmax(logits / T) of the same tokens (T 1 for greedy requests), from one packed
-// trainer forward over every prompt + completion.
-double largest_logprob_gap(RolloutRig& rig, const std::vector<GenerationRequest>& requests,
-                           const std::vector<Completion>& completions) {
-  const int V = rig.model.config.vocab;
-  std::vector<int32_t> packed, cu = {0};
-  for (size_t r = 0; r < requests.size(); ++r) {
-    EXPECT_EQ(completions[r].tokens.size(), completions[r].logprobs.size());
-    packed.insert(packed.end(), requests[r].prompt.begin(), requests[r].prompt.end());
-    packed.insert(packed.end(), completions[r].tokens.begin(), completions[r].tokens.end());
-    cu.push_back(static_cast<int32_t>(packed.size()));
-  }
-  const Tensor logits = rig.model.transformer.forward(rig.model.params, rig.model.acts, packed, cu);
-  double worst = 0;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const int64_t first = cu[r] + static_cast<int64_t>(requests[r].prompt.size()) - 1;  // predicts token 0
-    const float temperature = requests[r].sampling.temperature > 0 ? requests[r].sampling.temperature : 1.0f;
-    for (size_t i = 0; i < completions[r].logprobs.size(); ++i)
-      worst = std::max(worst, std::fabs(completions[r].logprobs[i] -
-                                        reference_logprob(logits.ptr<float>() + (first + i) * V, V,
-                                                          completions[r].tokens[i], temperature)));
-  }
-  return worst;
-}
-
 // Samples several prompts together, then recomputes every sampled token's log-prob with
 // one packed trainer forward over prompt + completion.
 TEST_P(EngineVariant, LogprobsMatchTheTrainersForwardOnTheSameTokens) {
@@ -107,7 +82,7 @@ TEST_P(EngineVariant, LogprobsMatchTheTrainersForwardOnTheSameTokens) {
   for (uint64_t r = 0; r < 5; ++r) requests.push_back({r, random_prompt(3 + 4 * r, V, 100 + r), sampling});
   const std::vector<Completion> completions = engine->generate(requests);
 
-  EXPECT_LT(largest_logprob_gap(rig, requests, completions), 1e-5);
+  EXPECT_LT(largest_logprob_gap(rig.model, requests, completions), 1e-5);
 }
 
 std::vector<GenerationRequest> mixed_requests(int vocab) {
@@ -182,7 +157,7 @@ TEST_P(EngineVariant, Fp8CacheBatchesAsAloneAndStaysNearTheTrainersLogprobs) {
   EXPECT_EQ(engine->cache_geometry().dtype, DType::F8_E4M3);
   expect_same_completions(engine->generate(requests), alone);
 
-  const double worst = largest_logprob_gap(rig, requests, alone);
+  const double worst = largest_logprob_gap(rig.model, requests, alone);
   std::printf("largest log-prob difference to the trainer's: %.3g\n", worst);
   EXPECT_GT(worst, 1e-4);
   EXPECT_LT(worst, 0.25);
@@ -214,7 +189,7 @@ TEST_P(EngineVariant, Fp8WeightsBatchAsAloneAndStayNearTheTrainersLogprobs) {
   batched.max_step_tokens = 8;
   expect_same_completions(rig.make_engine(batched)->generate(requests), alone);
 
-  const double worst = largest_logprob_gap(rig, requests, alone);
+  const double worst = largest_logprob_gap(rig.model, requests, alone);
   std::printf("largest log-prob difference to the trainer's: %.3g\n", worst);
   EXPECT_GT(worst, 1e-3);
   EXPECT_LT(worst, 0.6);

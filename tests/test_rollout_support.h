@@ -49,4 +49,30 @@ inline double reference_logprob(const float* row, int vocab, int32_t token, doub
   return row[token] / temperature - max - std::log(sum);
 }
 
+// The largest difference between a completion's recorded log-probs and the trainer's log
+// softmax(logits / T) of the same tokens (T 1 for greedy requests), from one packed
+// trainer forward (CPU, FP32) over every prompt + completion.
+inline double largest_logprob_gap(TinyModel& model, const std::vector<GenerationRequest>& requests,
+                                  const std::vector<Completion>& completions) {
+  const int V = model.config.vocab;
+  std::vector<int32_t> packed, cu = {0};
+  for (size_t r = 0; r < requests.size(); ++r) {
+    packed.insert(packed.end(), requests[r].prompt.begin(), requests[r].prompt.end());
+    packed.insert(packed.end(), completions[r].tokens.begin(), completions[r].tokens.end());
+    cu.push_back(static_cast<int32_t>(packed.size()));
+  }
+  const Tensor logits = model.transformer.forward(model.params, model.acts, packed, cu);
+  double worst = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (completions[r].tokens.size() != completions[r].logprobs.size()) return INFINITY;
+    const int64_t first = cu[r] + static_cast<int64_t>(requests[r].prompt.size()) - 1;  // predicts token 0
+    const float temperature = requests[r].sampling.temperature > 0 ? requests[r].sampling.temperature : 1.0f;
+    for (size_t i = 0; i < completions[r].logprobs.size(); ++i)
+      worst = std::max(worst, std::fabs(completions[r].logprobs[i] -
+                                        reference_logprob(logits.ptr<float>() + (first + i) * V, V,
+                                                          completions[r].tokens[i], temperature)));
+  }
+  return worst;
+}
+
 }  // namespace tandem::testing

@@ -304,8 +304,7 @@ void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Sca
   const int64_t T = q_out.shape[0], D = checked_head_dim(op, q_out, q_out.shape[1], heads, kv_heads);
   const int64_t QD = heads * D, KD = kv_heads * D;
   const Tensor& qkv = scaled_qkv.values;
-  check_op_arg(qkv, op, "qkv", Device::CUDA, {q_out.dtype}, {T, QD + 2 * KD});
-  if (scaled_qkv.scales.data) check_op_arg(scaled_qkv.scales, op, "qkv scales", Device::CUDA, {DType::F32}, {T});
+  check_in_rows(scaled_qkv, op, "qkv", Device::CUDA, {q_out.dtype}, T, QD + 2 * KD);
   check_op_arg(cache.keys, op, "keys", Device::CUDA, {q_out.dtype, DType::F8_E4M3}, {kAnyExtent, KD});
   const int64_t rows = cache.keys.shape[0];
   check_op_arg(cache.values, op, "values", Device::CUDA, {cache.keys.dtype}, {rows, KD});

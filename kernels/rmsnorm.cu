@@ -319,17 +319,6 @@ void launch_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Ten
   });
 }
 
-// out [N, D]: x's dtype, or FP8 codes with their row scales.
-void check_out_rows(const ScaledRows& out, const Tensor& x, const char* op) {
-  const int64_t N = x.shape[0], D = x.shape[1];
-  check_op_arg(out.values, op, "out", Device::CUDA, {x.dtype, DType::F8_E4M3}, {N, D});
-  if (out.values.dtype == DType::F8_E4M3)
-    check_op_arg(out.scales, op, "out scales", Device::CUDA, {DType::F32}, {N});
-  else if (out.scales.data)
-    throw std::invalid_argument(std::string(op) + ": scales are written only with FP8 codes, not " +
-                                out.values.describe());
-}
-
 // The backward kernels for checked arguments, x [N, D]; rope.heads is 0 for the plain norm.
 void launch_rmsnorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dout, const Tensor& x,
                              const Tensor& weight, const Tensor& rstd, GradWrite dx_write, RopeAngles rope,
@@ -393,7 +382,7 @@ void rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor& x,
   constexpr const char* op = "cuda::rmsnorm_forward";
   check_op_arg(x, op, "x", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t N = x.shape[0], D = x.shape[1];
-  check_out_rows(out, x, op);
+  check_out_rows(out, op, Device::CUDA, x.dtype, N, D);
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {x.dtype}, {D});
   launch_rmsnorm_forward(out, rstd, x, Tensor{}, weight, eps, stream, op);
@@ -404,9 +393,8 @@ void add_rmsnorm_forward(const ScaledRows& out, const Tensor& rstd, const Tensor
   constexpr const char* op = "cuda::add_rmsnorm_forward";
   check_op_arg(hidden, op, "hidden", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t N = hidden.shape[0], D = hidden.shape[1];
-  check_op_arg(branch.values, op, "branch", Device::CUDA, {hidden.dtype}, {N, D});
-  if (branch.scales.data) check_op_arg(branch.scales, op, "branch scales", Device::CUDA, {DType::F32}, {N});
-  check_out_rows(out, hidden, op);
+  check_in_rows(branch, op, "branch", Device::CUDA, {hidden.dtype}, N, D);
+  check_out_rows(out, op, Device::CUDA, hidden.dtype, N, D);
   check_op_arg(rstd, op, "rstd", Device::CUDA, {DType::F32}, {N});
   check_op_arg(weight, op, "weight", Device::CUDA, {hidden.dtype}, {D});
   launch_rmsnorm_forward(out, rstd, hidden, branch, weight, eps, stream, op);

@@ -141,13 +141,9 @@ void swiglu_forward(const ScaledRows& out, const ScaledRows& gate_up, cudaStream
     throw std::invalid_argument(std::string(op) + ": argument 'gate_up' " + values.describe() +
                                 " has an odd number of columns: no gate and up halves");
   const int64_t N = values.shape[0], I = values.shape[1] / 2;
-  if (gate_up.scales.data) check_op_arg(gate_up.scales, op, "gate_up scales", Device::CUDA, {DType::F32}, {N});
-  check_op_arg(out.values, op, "out", Device::CUDA, {values.dtype, DType::F8_E4M3}, {N, I});
+  check_in_rows(gate_up, op, "gate_up", Device::CUDA, {values.dtype}, N, 2 * I);
+  check_out_rows(out, op, Device::CUDA, values.dtype, N, I);
   const bool coded = out.values.dtype == DType::F8_E4M3;
-  if (coded) check_op_arg(out.scales, op, "out scales", Device::CUDA, {DType::F32}, {N});
-  else if (out.scales.data)
-    throw std::invalid_argument(std::string(op) + ": scales are written only with FP8 codes, not " +
-                                out.values.describe());
   dispatch_data(values.dtype, [&](auto tag) {
     using T = decltype(tag);
     const bool packed = aligned16(out.values.data, values.data) && I % kPack<T> == 0;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "model/cuda_ops.h"
 #include "rollout/engine.h"
@@ -83,6 +84,21 @@ struct DeviceWeights {
   ParameterSet params;
 };
 
+// One tiny model in F32 on both sides, and an engine with `options` on each.
+struct CpuAndGpuEngines {
+  CpuAndGpuEngines(const EngineOptions& options, ActivationCapacity capacity)
+      : model(engine_config(), capacity),
+        cpu_pool(MemoryPool::create(Device::CPU)),
+        gpu_pool(MemoryPool::create(Device::CUDA, 0)),
+        weights(*gpu_pool, model, DType::F32),
+        cpu(model.config, model.params, *cpu_pool, options),
+        gpu(model.config, weights.params, *gpu_pool, options) {}
+  TinyModel model;
+  std::unique_ptr<MemoryPool> cpu_pool, gpu_pool;
+  DeviceWeights weights;
+  Engine cpu, gpu;
+};
+
 // Also with an FP8 KV cache on both sides: the GPU codes the same FP32 keys and values as
 // the CPU, but a key that differs in its last bit (another order of the norm's sum) can
 // land on the other side of a rounding point, a code step (1/16 of one element) apart:
@@ -92,16 +108,12 @@ class GpuEngineF32 : public ::testing::TestWithParam<bool> {};
 TEST_P(GpuEngineF32, MatchesTheCpuEngineTokenForToken) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
   const bool fp8 = GetParam();
-  TinyModel model(engine_config(), {512, 32});
-  auto cpu_pool = MemoryPool::create(Device::CPU);
-  auto gpu_pool = MemoryPool::create(Device::CUDA, 0);
-  DeviceWeights weights(*gpu_pool, model, DType::F32);
   EngineOptions options = engine_options(DType::F32);
   options.fp8_kv_cache = fp8;
-  Engine cpu(model.config, model.params, *cpu_pool, options);
-  Engine gpu(model.config, weights.params, *gpu_pool, options);
-  const std::vector<Completion> expected = cpu.generate(mixed_requests(model.config.vocab));
-  const std::vector<Completion> got = gpu.generate(mixed_requests(model.config.vocab));
+  CpuAndGpuEngines engines(options, {512, 32});
+  Engine& gpu = engines.gpu;
+  const std::vector<Completion> expected = engines.cpu.generate(mixed_requests(engines.model.config.vocab));
+  const std::vector<Completion> got = gpu.generate(mixed_requests(engines.model.config.vocab));
   ASSERT_EQ(got.size(), expected.size());
   for (size_t r = 0; r < got.size(); ++r) {
     EXPECT_EQ(got[r].tokens, expected[r].tokens) << "request " << r;
@@ -127,17 +139,12 @@ INSTANTIATE_TEST_SUITE_P(KvCache, GpuEngineF32, ::testing::Values(false, true),
 // as the CPU engine's (the same FP8 arithmetic in FP32) stay on its tokens.
 TEST(GpuEngine, Fp8ProjectionsStayAsNearTheTrainerAsTheCpuEngines) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  TinyModel model(engine_config(), {1024, 32});
-  auto cpu_pool = MemoryPool::create(Device::CPU);
-  auto gpu_pool = MemoryPool::create(Device::CUDA, 0);
-  DeviceWeights weights(*gpu_pool, model, DType::F32);
   EngineOptions options = engine_options(DType::F32);
   options.fp8_weights = true;
-  Engine cpu(model.config, model.params, *cpu_pool, options);
-  Engine gpu(model.config, weights.params, *gpu_pool, options);
-  const std::vector<GenerationRequest> requests = mixed_requests(model.config.vocab);
-  const double cpu_gap = largest_logprob_gap(model, requests, cpu.generate(requests));
-  const double gpu_gap = largest_logprob_gap(model, requests, gpu.generate(requests));
+  CpuAndGpuEngines engines(options, {1024, 32});
+  const std::vector<GenerationRequest> requests = mixed_requests(engines.model.config.vocab);
+  const double cpu_gap = largest_logprob_gap(engines.model, requests, engines.cpu.generate(requests));
+  const double gpu_gap = largest_logprob_gap(engines.model, requests, engines.gpu.generate(requests));
   std::printf("largest log-prob difference to the trainer's: CPU engine %.3g, GPU engine %.3g\n", cpu_gap, gpu_gap);
   EXPECT_GT(gpu_gap, 1e-3) << "the projections should round";
   EXPECT_LT(gpu_gap, 2 * cpu_gap + 0.05);

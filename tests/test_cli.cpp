@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "io/checkpoint.h"
 #include "io/run_file.h"
@@ -114,6 +115,17 @@ TEST(Cli, SamplesCarryRolloutAndTrainLogprobs) {
   EXPECT_GT(tokens, samples.size());
 }
 
+// The largest difference between the trainer's and the rollout's log-probs of the samples
+// that the run in `folder` kept at `step`.
+static double largest_logp_gap(const std::filesystem::path& folder, int64_t step) {
+  const RunFile run = RunFile::open(folder / kRunFileName);
+  double worst = 0;
+  for (const auto& sample : run.samples(step))
+    for (size_t j = 0; j < sample.completion_tokens.size(); ++j)
+      worst = std::max(worst, std::abs(static_cast<double>(sample.train_logp[j]) - sample.rollout_logp[j]));
+  return worst;
+}
+
 // rollout.kv-cache-dtype = fp8 reaches the engine: the set-up table names the codes, and
 // the samples' rollout log-probs (from keys and values rounded to E4M3) differ from the
 // trainer's by more than an FP32 cache's 1e-5, yet little; a dtype it does not know is a
@@ -124,11 +136,7 @@ TEST(Cli, Fp8KvCacheSamplesFromTheCodes) {
       run_command(tandem_cmd(short_run(dir, "fp8", 4) + " --run.samples-every=4 --rollout.kv-cache-dtype=fp8"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("FP8 E4M3 with scales"), std::string::npos) << result.output;
-  const RunFile run = RunFile::open(dir.path() / "fp8" / kRunFileName);
-  double worst = 0;
-  for (const auto& sample : run.samples(4))
-    for (size_t j = 0; j < sample.completion_tokens.size(); ++j)
-      worst = std::max(worst, std::abs(static_cast<double>(sample.train_logp[j]) - sample.rollout_logp[j]));
+  const double worst = largest_logp_gap(dir.path() / "fp8", 4);
   EXPECT_GT(worst, 1e-4);
   EXPECT_LT(worst, 0.25);
   const auto bad = run_command(tandem_cmd("--check --rollout.kv-cache-dtype=int8"));
@@ -146,11 +154,7 @@ TEST(Cli, Fp8WeightsSampleFromCodedProjections) {
       run_command(tandem_cmd(short_run(dir, "fp8w", 4) + " --run.samples-every=4 --rollout.weight-dtype=fp8"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("of FP8 projections beside it"), std::string::npos) << result.output;
-  const RunFile run = RunFile::open(dir.path() / "fp8w" / kRunFileName);
-  double worst = 0;
-  for (const auto& sample : run.samples(4))
-    for (size_t j = 0; j < sample.completion_tokens.size(); ++j)
-      worst = std::max(worst, std::abs(static_cast<double>(sample.train_logp[j]) - sample.rollout_logp[j]));
+  const double worst = largest_logp_gap(dir.path() / "fp8w", 4);
   std::printf("largest rollout/train log-prob difference: %.3g\n", worst);
   EXPECT_GT(worst, 1e-3);
   EXPECT_LT(worst, 0.5);

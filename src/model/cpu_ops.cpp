@@ -48,26 +48,15 @@ std::vector<int32_t> sequence_starts(const Tensor& cu_seqlens, int64_t tokens, c
   return starts;
 }
 
-// An op's output rows [N, D]: F32 values without scales, or FP8 E4M3 codes with a scale
-// per row.
+// An op's output rows [N, D]: F32 values, or FP8 E4M3 codes with a scale per row.
 void expect_out_rows(const ScaledRows& out, const char* op, int64_t N, int64_t D) {
-  if (out.values.dtype == DType::F8_E4M3) {
-    expect(out.values, op, "out", DType::F8_E4M3, {N, D});
-    expect_f32(out.scales, op, "out scales", {N});
-  } else {
-    expect_f32(out.values, op, "out", {N, D});
-    if (out.scales.data)
-      throw std::invalid_argument(std::string("CpuOps::") + op + ": scales are written only with FP8 codes, not " +
-                                  out.values.describe());
-  }
+  check_out_rows(out, (std::string("CpuOps::") + op).c_str(), Device::CPU, DType::F32, N, D);
 }
 
 // An op's input rows [N, D] of F32 values, with or without a scale per row; returns the
 // scales, or nullptr.
 const float* expect_in_rows(const ScaledRows& in, const char* op, const char* arg, int64_t N, int64_t D) {
-  check_op_arg(in.values, (std::string("CpuOps::") + op).c_str(), arg, Device::CPU, {DType::F32}, {N, D});
-  if (!in.scales.data) return nullptr;
-  expect_f32(in.scales, op, "scales", {N});
+  check_in_rows(in, (std::string("CpuOps::") + op).c_str(), arg, Device::CPU, {DType::F32}, N, D);
   return in.scales.ptr<float>();
 }
 

@@ -30,4 +30,19 @@ void check_op_arg(const Tensor& t, const char* op, const char* arg, Device devic
   }
 }
 
+void check_in_rows(const ScaledRows& in, const char* op, const char* arg, Device device,
+                   std::initializer_list<DType> dtypes, int64_t N, int64_t D) {
+  check_op_arg(in.values, op, arg, device, dtypes, {N, D});
+  if (in.scales.data) check_op_arg(in.scales, op, (std::string(arg) + " scales").c_str(), device, {DType::F32}, {N});
+}
+
+void check_out_rows(const ScaledRows& out, const char* op, Device device, DType dtype, int64_t N, int64_t D) {
+  check_op_arg(out.values, op, "out", device, {dtype, DType::F8_E4M3}, {N, D});
+  if (out.values.dtype == DType::F8_E4M3)
+    check_op_arg(out.scales, op, "out scales", device, {DType::F32}, {N});
+  else if (out.scales.data)
+    throw std::invalid_argument(std::string(op) + ": scales are written only with FP8 codes, not " +
+                                out.values.describe());
+}
+
 }  // namespace tandem

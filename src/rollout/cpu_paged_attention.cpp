@@ -105,8 +105,7 @@ void CpuPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, 
   if (heads <= 0 || kv_heads <= 0 || q_out.shape[1] % heads != 0)
     fail("store_qkv", q_out.describe() + " does not split into " + std::to_string(heads) + " heads");
   const int64_t T = q_out.shape[0], QD = q_out.shape[1], KD = QD / heads * kv_heads, W = QD + 2 * KD;
-  check_op_arg(qkv.values, op, "qkv", kCpu, {DType::F32}, {T, W});
-  if (qkv.scales.data) check_op_arg(qkv.scales, op, "qkv scales", kCpu, {DType::F32}, {T});
+  check_in_rows(qkv, op, "qkv", kCpu, {DType::F32}, T, W);
   std::vector<float> q(T * QD), k(T * KD), v(T * KD);
   for (int64_t t = 0; t < T; ++t) {
     const float* row = qkv.values.ptr<float>() + t * W;

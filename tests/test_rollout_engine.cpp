@@ -501,8 +501,8 @@ TEST(EngineMemory, CacheAndScratchComeFromThePoolUnderTheKvCacheTag) {
 TEST(EngineMemory, StepScratchHoldsTheBuffersOfTheQkvPathTheWeightsTake) {
   RolloutRig rig(testing::tiny_config(true, false, true));
   const ModelConfig& config = rig.model.config;
-  const auto scratch_bytes = [&](const ParameterSet& weights) {
-    const Engine engine(config, weights, *rig.pool, small_engine_options());
+  const auto scratch_bytes = [&](const ParameterSet& weights, EngineOptions options = small_engine_options()) {
+    const Engine engine(config, weights, *rig.pool, options);
     for (const Allocation* allocation : rig.pool->allocations())
       if (allocation->name == "engine.step_scratch") return allocation->bytes;
     ADD_FAILURE() << "no step scratch in the pool";
@@ -513,6 +513,18 @@ TEST(EngineMemory, StepScratchHoldsTheBuffersOfTheQkvPathTheWeightsTake) {
   const int64_t T = small_engine_options().max_step_tokens, QD = config.q_dim(), KD = config.kv_dim();
   ASSERT_EQ(T, 64);
   EXPECT_EQ(apart - stacked, static_cast<size_t>(T * ((QD + 3 * KD) - (QD + 2 * KD))) * sizeof(float));
+
+  // FP8 projections: the codes of the weights and of the projections' inputs, each buffer
+  // on 256 bytes; the working-dtype SwiGLU output they replace gone.
+  EngineOptions fp8 = small_engine_options();
+  fp8.fp8_weights = true;
+  const auto laid = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t C = config.hidden, I = config.intermediate;
+  const int64_t added = config.layers * (laid((QD + 2 * KD) * C) + laid(2 * I * C) + laid(C * I) + 3 * laid(4)) +
+                        laid(T * C) + laid(4 * T) + laid(T * I) + laid(4 * T);
+  const int64_t dropped = laid(4 * T * I);
+  EXPECT_EQ(static_cast<int64_t>(scratch_bytes(rig.model.params, fp8)) - static_cast<int64_t>(stacked),
+            added - dropped);
 }
 
 }  // namespace

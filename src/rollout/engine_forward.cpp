@@ -111,7 +111,8 @@ EngineForward::Scratch EngineForward::bind(void* base, Device device, size_t* by
   // One GEMM's gate|up output overlays gate and up, which two GEMMs write instead when
   // the weights do not stack: no step uses both.
   s.gate_up = Tensor::view(s.gate.data, dtype_, device, {T, 2 * I});
-  s.mlp = take(dtype_, {T, I});
+  // FP8 projections take down's input as codes (below): no working-dtype copy of it.
+  if (!fp8_weights_) s.mlp = take(dtype_, {T, I});
   s.last_normed = take(dtype_, {B, C});
   s.logits = take(dtype_, {B, config_.vocab});
   if (fp8_weights_) {
@@ -191,7 +192,8 @@ Tensor EngineForward::run(const KvCache& cache) {
     bad_step("the KV cache was laid out for another model config");
 
   const Scratch& s = scratch_;
-  auto rows = [T](const Tensor& t) { return first_rows(t, T); };
+  // The step's rows of a buffer; one this path's scratch does not hold stays empty.
+  auto rows = [T](const Tensor& t) { return t.data ? first_rows(t, T) : t; };
   const Tensor ids = rows(s.token_ids), positions = rows(s.positions), last = first_rows(s.last_rows, B);
   const PagedBatch batch{rows(s.slots), first_rows(s.cu_queries, B + 1), first_rows(s.context_lens, B),
                          first_rows(s.block_tables, B), geometry.block_size};

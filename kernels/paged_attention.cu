@@ -13,6 +13,7 @@
 #include "e4m3.cuh"
 #include "mma.cuh"
 #include "model/op_args.h"
+#include "qk_norm_rope.cuh"
 
 namespace tandem::cuda {
 
@@ -586,6 +587,109 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
 
 constexpr int kDecodeStageKeys = 16;  // a warp's stage: the 16 rows of one product
 constexpr int kDecodeMaxBlocksPerSm = 4;  // 128 registers a thread
+constexpr int kDecodeMaxGroup = 4;
+
+// A decode step's new tokens straight from the layer's q|k|v projection
+// (paged_attend_qkv): each block normalises and rotates its group's queries itself, and
+// the block whose keys end at its sequence's new token first stores that token's key and
+// value, as qkv_norm_rope_store would have. qkv null: q holds the queries and the cache
+// the new keys already (paged_attend).
+struct FreshRows {
+  const bf16* qkv = nullptr;          // [T, (heads + 2·kv_heads)·head_dim]
+  const float* row_scales = nullptr;  // [T], or null
+  const bf16* q_norm = nullptr;       // [head_dim] each, or both null (rope alone)
+  const bf16* k_norm = nullptr;
+  const int* positions = nullptr;   // [T]
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  const int* slots = nullptr;       // [T]
+  void* keys = nullptr;             // the cache layer, written: BF16, or codes and their scales
+  void* values = nullptr;
+  float* key_scales = nullptr;
+  float* value_scales = nullptr;
+  int64_t rows = 0;
+  float eps = 0.f;
+};
+
+// Head `job` of token t's fresh row, by one warp whose lane l holds dims l·P + [0, P) of
+// either half of the head (the dims that rotate together): job < G is query head
+// kv_head·G + job, normalised, rotated and rounded to BF16 into queries[job]; then kv head
+// kv_head's key (normalised and rotated) and its value, into the cache row slots[t]
+// (skipped outside the cache) and, as the cache holds them, into held[0] and held[1]
+// ([2][D]). The arithmetic and roundings of qkv_norm_rope_store.
+template <int D, int G, bool Coded>
+__device__ void prepare_fresh_head(const FreshRows& fresh, const Geometry& geo, int64_t t, int job, int kv_head,
+                                   bf16* queries, float* held, int lane) {
+  constexpr int P = D / 64, H = D / 2;
+  const int kind = job < G ? 0 : job - G + 1;  // query, key, value
+  const int head = kind == 0 ? kv_head * G + job : kv_head;
+  const int column = (kind == 0 ? head : kind == 1 ? geo.heads + head : geo.heads + geo.kv_heads + head) * D;
+  const bf16* in = fresh.qkv + t * (geo.heads + 2 * geo.kv_heads) * D + column + lane * P;
+  const float scale = fresh.row_scales ? fresh.row_scales[t] : 1.f;
+  float x1[P], x2[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) x1[e] = __bfloat162float(in[e]) * scale, x2[e] = __bfloat162float(in[H + e]) * scale;
+  if (kind < 2) {
+    const bf16* weight = kind == 0 ? fresh.q_norm : fresh.k_norm;
+    if (weight) {
+      float sum = 0.f;
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += x1[e] * x1[e] + x2[e] * x2[e];
+      const float rstd = 1.0f / sqrtf(warp_sum(sum) / static_cast<float>(D) + fresh.eps);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        x1[e] = __bfloat162float(weight[lane * P + e]) * (x1[e] * rstd);
+        x2[e] = __bfloat162float(weight[H + lane * P + e]) * (x2[e] * rstd);
+      }
+    }
+    const float position = static_cast<float>(fresh.positions[t]);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      float sine, cosine;
+      sincosf(position * fresh.inv_freq[lane * P + e], &sine, &cosine);
+      const float y1 = x1[e] * cosine - x2[e] * sine, y2 = x2[e] * cosine + x1[e] * sine;
+      x1[e] = y1, x2[e] = y2;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < P; ++e)
+    x1[e] = __bfloat162float(__float2bfloat16_rn(x1[e])), x2[e] = __bfloat162float(__float2bfloat16_rn(x2[e]));
+  if (kind == 0) {
+    bf16* to = queries + job * D + lane * P;
+#pragma unroll
+    for (int e = 0; e < P; ++e) to[e] = __float2bfloat16_rn(x1[e]), to[H + e] = __float2bfloat16_rn(x2[e]);
+    return;
+  }
+  if constexpr (Coded) {  // the cache's codes, and held as code · scale
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < P; ++e) amax = fmaxf(amax, fmaxf(fabsf(x1[e]), fabsf(x2[e])));
+    amax = warp_max(amax);
+    const float inverse = e4m3_inverse_scale(amax), scale = e4m3_scale(amax);
+    uint8_t codes[2][P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      codes[0][e] = to_e4m3(x1[e] * inverse), codes[1][e] = to_e4m3(x2[e] * inverse);
+      x1[e] = e4m3_to_float(codes[0][e]) * scale, x2[e] = e4m3_to_float(codes[1][e]) * scale;
+    }
+    const int64_t slot = fresh.slots[t];
+    if (slot >= 0 && slot < fresh.rows) {
+      uint8_t* to = static_cast<uint8_t*>(kind == 1 ? fresh.keys : fresh.values) + (slot * geo.kv_heads + head) * D + lane * P;
+#pragma unroll
+      for (int e = 0; e < P; ++e) to[e] = codes[0][e], to[H + e] = codes[1][e];
+      if (lane == 0) (kind == 1 ? fresh.key_scales : fresh.value_scales)[slot * geo.kv_heads + head] = scale;
+    }
+  } else {
+    const int64_t slot = fresh.slots[t];
+    if (slot >= 0 && slot < fresh.rows) {
+      bf16* to = static_cast<bf16*>(kind == 1 ? fresh.keys : fresh.values) + (slot * geo.kv_heads + head) * D + lane * P;
+#pragma unroll
+      for (int e = 0; e < P; ++e) to[e] = __float2bfloat16_rn(x1[e]), to[H + e] = __float2bfloat16_rn(x2[e]);
+    }
+  }
+  float* own = held + (kind - 1) * D + lane * P;
+#pragma unroll
+  for (int e = 0; e < P; ++e) own[e] = x1[e], own[H + e] = x2[e];
+}
 
 template <int D, bool Coded>
 struct DecodeLayout {
@@ -597,7 +701,11 @@ struct DecodeLayout {
   // blocks an SM) beat 3 (2 blocks); codes keep 3 (50 KB, 4 blocks), where 2 with 5 or 6
   // blocks an SM did no better or spilled.
   static constexpr int stages = Coded ? 3 : 2;
-  static constexpr int shared_bytes = kWarps * stages * stage_bytes;
+  static constexpr int rings_bytes = kWarps * stages * stage_bytes;
+  // Then, for fresh rows (FreshRows), the group's queries (BF16), and in FP32 the new key
+  // and value and the group's scores against that key.
+  static constexpr int queries_bytes = kDecodeMaxGroup * D * static_cast<int>(sizeof(bf16));
+  static constexpr int shared_bytes = rings_bytes + queries_bytes + (2 * D + kDecodeMaxGroup) * 4;
   // As many as fit in a multiprocessor's 228 KB, with the 1 KB each block reserves.
   static constexpr int blocks_per_sm = std::min(kDecodeMaxBlocksPerSm, 228 * 1024 / (shared_bytes + 1024));
   static_assert(pieces == 4 || pieces % 8 == 0, "a piece swizzle for this row size");
@@ -640,7 +748,7 @@ template <int D, int G, bool Coded>
 __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_sm)
     attend_decode(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                   CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
-                  const int* context_lens, const int* block_tables, Geometry geo) {
+                  const int* context_lens, const int* block_tables, Geometry geo, FreshRows fresh) {
   using Layout = DecodeLayout<D, Coded>;
   using Cache = std::conditional_t<Coded, uint8_t, bf16>;
   constexpr int kPieces = Layout::pieces, kStages = Layout::stages;
@@ -652,7 +760,11 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   if (seq.queries == 0 || split >= active) return;
   // The sequence's first new token (its only one in a valid decode step) sees keys up to itself.
   const int split_keys = split_length(seq.context, geo.splits), key_begin = split * split_keys;
-  const int key_end = min(min(key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
+  const int range_end = min(min(key_begin + split_keys, seq.context), seq.context - seq.queries + 1);
+  // With fresh rows, the block whose range ends at the new token takes that key from
+  // shared memory, where it puts it, rather than from the cache row it stores it into.
+  const bool holds_new_key = fresh.qkv && key_begin < range_end && range_end == seq.context;
+  const int key_end = range_end - (holds_new_key ? 1 : 0);
   const int stages = key_end > key_begin ? (key_end - key_begin + kDecodeStageKeys - 1) / kDecodeStageKeys : 0;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -663,25 +775,6 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   const int* table = block_tables + static_cast<int64_t>(b) * geo.max_blocks;
   unsigned char* ring = shared + warp * kStages * Layout::stage_bytes;
   const float scale_log2 = geo.scale * kLog2e;
-
-  // Qᵀ as B operands: column g is query g (zero past the group). Step j's k rows are dims
-  // 16j + [2c, 2c+1] and [2c+8, 2c+9] for BF16; for codes (whose 4 bytes at a time come
-  // from one key) 16j + 4c + [0, 1] and [2, 3], in FP16 times the softmax scale.
-  unsigned query[D / 16][2];
-  const bf16* own = q + token * q_stride + (head0 + min(g, G - 1)) * D;
-#pragma unroll
-  for (int j = 0; j < D / 16; ++j) {
-    if constexpr (Coded) {
-      const __nv_bfloat162* four = reinterpret_cast<const __nv_bfloat162*>(own + 16 * j + 4 * c);
-      const float2 low = __bfloat1622float2(four[0]), high = __bfloat1622float2(four[1]);
-      query[j][0] = pack_half2(low.x * scale_log2, low.y * scale_log2);
-      query[j][1] = pack_half2(high.x * scale_log2, high.y * scale_log2);
-    } else {
-      query[j][0] = *reinterpret_cast<const unsigned*>(own + 16 * j + 2 * c);
-      query[j][1] = *reinterpret_cast<const unsigned*>(own + 16 * j + 8 + 2 * c);
-    }
-    if (g >= G) query[j][0] = query[j][1] = 0u;
-  }
 
   // Lane l: the cache row of key l % 16 of the warp's stage n (rows < 2^31, checked on the
   // host), or -1 past the range or for a block outside the cache (which reads as zeros, as
@@ -736,6 +829,43 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
 #pragma unroll
   for (int n = 0; n + 1 < kStages; ++n) fetch(n, where[n]);
   int next = where[kStages - 1];
+
+  // Qᵀ as B operands: column g is query g (zero past the group). Step j's k rows are dims
+  // 16j + [2c, 2c+1] and [2c+8, 2c+9] for BF16; for codes (whose 4 bytes at a time come
+  // from one key) 16j + 4c + [0, 1] and [2, 3], in FP16 times the softmax scale.
+  unsigned query[D / 16][2];
+  const bf16* own = q + token * q_stride + (head0 + min(g, G - 1)) * D;
+  // Fresh rows: the group's queries and (one block a sequence) the new key and value,
+  // made while the first stages' copies are in flight; then the group's scores against
+  // that key, in log2 units as the stages' are.
+  bf16* fresh_queries = reinterpret_cast<bf16*>(shared + Layout::rings_bytes);
+  float* fresh_rows = reinterpret_cast<float*>(shared + Layout::rings_bytes + Layout::queries_bytes);  // k, v, scores
+  if (fresh.qkv) {
+    const int jobs = G + (holds_new_key ? 2 : 0);
+    for (int job = warp; job < jobs; job += kWarps)
+      prepare_fresh_head<D, G, Coded>(fresh, geo, token, job, kv_head, fresh_queries, fresh_rows, lane);
+    __syncthreads();
+    own = fresh_queries + min(g, G - 1) * D;
+    if (holds_new_key && warp < G) {
+      float dot = 0.f;
+      for (int d = lane; d < D; d += 32) dot += __bfloat162float(fresh_queries[warp * D + d]) * fresh_rows[d];
+      dot = warp_sum(dot);
+      if (lane == 0) fresh_rows[2 * D + warp] = dot * scale_log2;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < D / 16; ++j) {
+    if constexpr (Coded) {
+      const __nv_bfloat162* four = reinterpret_cast<const __nv_bfloat162*>(own + 16 * j + 4 * c);
+      const float2 low = __bfloat1622float2(four[0]), high = __bfloat1622float2(four[1]);
+      query[j][0] = pack_half2(low.x * scale_log2, low.y * scale_log2);
+      query[j][1] = pack_half2(high.x * scale_log2, high.y * scale_log2);
+    } else {
+      query[j][0] = *reinterpret_cast<const unsigned*>(own + 16 * j + 2 * c);
+      query[j][1] = *reinterpret_cast<const unsigned*>(own + 16 * j + 8 + 2 * c);
+    }
+    if (g >= G) query[j][0] = query[j][1] = 0u;
+  }
 
   // Oᵀ tiles, one per 16-dim piece: rows decode_dim(p, ·), columns the queries. Per column
   // (query 2c + i): the running max in log2 units and this lane's keys' share of the sum.
@@ -889,6 +1019,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
       const float* other = reinterpret_cast<const float*>(shared + w * kStages * Layout::stage_bytes);
       merge_state(max, sum, value, other[G * D + query], other[G * D + G + query], other[query * D + d]);
     }
+    if (holds_new_key) merge_state(max, sum, value, fresh_rows[2 * D + query], 1.f, fresh_rows[D + d]);
     write_result(out, partial_out, partial_lse, geo, active, split, token, head0 + query, d, {value}, sum, max);
   }
 }
@@ -1177,9 +1308,19 @@ void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, cons
   check_launch(op);
 }
 
-void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
-                  int kv_heads, const Tensor& workspace, cudaStream_t stream) {
-  const char* op = "cuda::paged_attend";
+namespace {
+
+// Whether paged_attend runs a step of T tokens in B sequences on the decode kernel.
+bool takes_decode_kernel(const Tensor& out, const Tensor& q, const CacheLayer& cache, int64_t T, int64_t B, int heads,
+                         int kv_heads) {
+  // The grid's y dimension holds the sequences (at most 65,535).
+  return q.dtype == DType::BF16 && T == B && B <= 65535 && decode_kernel_fits(heads / kv_heads, q.shape[1] / heads) &&
+         aligned_16(q) && aligned_16(out) && aligned_16(cache.keys) && aligned_16(cache.values);
+}
+
+// paged_attend, whose decode kernel takes `fresh` (FreshRows; other paths take none).
+void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch,
+            int heads, int kv_heads, const Tensor& workspace, const FreshRows& fresh, cudaStream_t stream) {
   check_op_arg(q, op, "q", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t T = q.shape[0];
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || q.shape[1] % heads != 0 || q.shape[1] == 0 ||
@@ -1219,8 +1360,10 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
   const int* context = data<int>(batch.context_lens);
   const int* tables = data<int>(batch.block_tables);
 
+  const bool decode = takes_decode_kernel(out, q, cache, T, B, heads, kv_heads);
   const bool tiled = q.dtype == DType::BF16 && tensor_core_head_dim(geo.head_dim) && aligned_16(q) &&
                      aligned_16(out) && aligned_16(cache.keys) && aligned_16(cache.values);
+  if (fresh.qkv && !decode) throw std::logic_error(std::string(op) + ": fresh rows off the decode kernel");
   if (!tiled) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
     const auto launch = [&](auto element, auto stored) {
@@ -1238,8 +1381,6 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
   const int64_t workspace_rows = workspace.shape[0] / (D + 1);
   const int64_t max_context = max_blocks * batch.block_size;
   const int sms = multiprocessors(), group = heads / kv_heads;
-  // The decode grid's y dimension holds the sequences (at most 65,535).
-  const bool decode = T == B && B <= 65535 && decode_kernel_fits(group, geo.head_dim);
   const TilePlan plan = plan_tiles(T, B, heads, kv_heads, max_context, workspace_rows, sms);
   geo.slice_heads = plan.slice_heads;
   geo.slices = plan.slices;
@@ -1249,10 +1390,10 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
                       : plan.splits;
   float* partial_out = mutable_data<float>(workspace);
   float* partial_lse = partial_out + static_cast<int64_t>(geo.splits) * T * heads * D;
-  const auto launch = [&](auto coded_tag, auto kernel, dim3 grid, int bytes) {
+  const auto launch = [&](auto coded_tag, auto kernel, dim3 grid, int bytes, auto... extra) {
     using Cache = std::conditional_t<decltype(coded_tag)::value, uint8_t, bf16>;
     kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
-                                              cache_view<Cache>(cache), cu, context, tables, geo);
+                                              cache_view<Cache>(cache), cu, context, tables, geo, extra...);
   };
   const auto with_coded = [&](auto&& f) { coded ? f(std::true_type{}) : f(std::false_type{}); };
   with_coded([&](auto coded_tag) {
@@ -1265,9 +1406,9 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
       with_group(group, [&](auto g) {
         constexpr int G = decltype(g)::value;
         if (geo.head_dim == 64) {
-          launch(coded_tag, attend_decode<64, G, Coded>, grid, DecodeLayout<64, Coded>::shared_bytes);
+          launch(coded_tag, attend_decode<64, G, Coded>, grid, DecodeLayout<64, Coded>::shared_bytes, fresh);
         } else {
-          launch(coded_tag, attend_decode<128, G, Coded>, grid, DecodeLayout<128, Coded>::shared_bytes);
+          launch(coded_tag, attend_decode<128, G, Coded>, grid, DecodeLayout<128, Coded>::shared_bytes, fresh);
         }
       });
     } else {
@@ -1287,6 +1428,44 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
                                                     geo);
     check_launch(op);
   }
+}
+
+}  // namespace
+
+void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
+                  int kv_heads, const Tensor& workspace, cudaStream_t stream) {
+  attend("cuda::paged_attend", out, q, cache, batch, heads, kv_heads, workspace, FreshRows{}, stream);
+}
+
+void paged_attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
+                      const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                      const PagedBatch& batch, int heads, int kv_heads, float eps, const Tensor& workspace,
+                      cudaStream_t stream) {
+  const char* op = "cuda::paged_attend_qkv";
+  const bool norm =
+      check_qkv_norm_rope_store(op, q_scratch, cache, qkv, q_norm, k_norm, positions, inv_freq, batch.slots, heads,
+                                kv_heads);
+  const int64_t T = q_scratch.shape[0], B = batch.cu_queries.numel() - 1;
+  if (!takes_decode_kernel(out, q_scratch, cache, T, B, heads, kv_heads) || !aligned_16(qkv.values)) {
+    qkv_norm_rope_store(q_scratch, cache, qkv, q_norm, k_norm, positions, inv_freq, batch.slots, heads, kv_heads, eps,
+                        stream);
+    return paged_attend(out, q_scratch, cache, batch, heads, kv_heads, workspace, stream);
+  }
+  FreshRows fresh;
+  fresh.qkv = data<bf16>(qkv.values);
+  fresh.row_scales = data<float>(qkv.scales);
+  fresh.q_norm = norm ? data<bf16>(q_norm) : nullptr;
+  fresh.k_norm = norm ? data<bf16>(k_norm) : nullptr;
+  fresh.positions = data<int>(positions);
+  fresh.inv_freq = data<float>(inv_freq);
+  fresh.slots = data<int>(batch.slots);
+  fresh.keys = cache.keys.data;
+  fresh.values = cache.values.data;
+  fresh.key_scales = mutable_data<float>(cache.key_scales);
+  fresh.value_scales = mutable_data<float>(cache.value_scales);
+  fresh.rows = cache.keys.shape[0];
+  fresh.eps = eps;
+  attend(op, out, q_scratch, cache, batch, heads, kv_heads, workspace, fresh, stream);
 }
 
 }  // namespace tandem::cuda

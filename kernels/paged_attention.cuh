@@ -53,6 +53,17 @@ void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, cons
 void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
                   int kv_heads, const Tensor& workspace, cudaStream_t stream);
 
+// qkv_norm_rope_store (kernels/qk_norm_rope.cuh) into batch.slots, then paged_attend of
+// its queries, which q_scratch [T, heads·head_dim] holds between them. A step the decode
+// kernel runs (BF16, 16-byte aligned) takes both in that kernel and leaves q_scratch
+// unwritten: each block normalises and rotates its group's queries into shared memory,
+// and the block whose keys end at a sequence's new token stores that token's key and
+// value before it reads the cache.
+void paged_attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
+                      const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                      const PagedBatch& batch, int heads, int kv_heads, float eps, const Tensor& workspace,
+                      cudaStream_t stream);
+
 // F32 elements of a workspace that gives every step of up to `max_tokens` new tokens in
 // up to `max_sequences` sequences on the current device its full split count. A smaller
 // workspace is safe: steps then split less, down to one range (which needs none).

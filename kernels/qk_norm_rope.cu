@@ -296,27 +296,36 @@ void qk_norm_rope_forward(const Tensor& q_out, const Tensor& k_out, const Tensor
   });
 }
 
-void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& scaled_qkv, const Tensor& q_norm,
-                         const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
-                         int heads, int kv_heads, float eps, cudaStream_t stream) {
-  constexpr const char* op = "cuda::qkv_norm_rope_store";
+bool check_qkv_norm_rope_store(const char* op, const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
+                               const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                               const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads) {
   check_op_arg(q_out, op, "q_out", Device::CUDA, {DType::F32, DType::BF16}, {kAnyExtent, kAnyExtent});
   const int64_t T = q_out.shape[0], D = checked_head_dim(op, q_out, q_out.shape[1], heads, kv_heads);
   const int64_t QD = heads * D, KD = kv_heads * D;
-  const Tensor& qkv = scaled_qkv.values;
-  check_in_rows(scaled_qkv, op, "qkv", Device::CUDA, {q_out.dtype}, T, QD + 2 * KD);
+  check_in_rows(qkv, op, "qkv", Device::CUDA, {q_out.dtype}, T, QD + 2 * KD);
   check_op_arg(cache.keys, op, "keys", Device::CUDA, {q_out.dtype, DType::F8_E4M3}, {kAnyExtent, KD});
   const int64_t rows = cache.keys.shape[0];
   check_op_arg(cache.values, op, "values", Device::CUDA, {cache.keys.dtype}, {rows, KD});
-  const bool coded = cache.keys.dtype == DType::F8_E4M3;
-  if (coded) {
+  if (cache.keys.dtype == DType::F8_E4M3) {
     check_op_arg(cache.key_scales, op, "key_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
     check_op_arg(cache.value_scales, op, "value_scales", Device::CUDA, {DType::F32}, {rows, kv_heads});
   }
   check_op_arg(slots, op, "slots", Device::CUDA, {DType::I32}, {T});
   check_op_arg(positions, op, "positions", Device::CUDA, {DType::I32}, {T});
   check_op_arg(inv_freq, op, "inv_freq", Device::CUDA, {DType::F32}, {D / 2});
-  const bool norm = checked_norms(op, q_norm, k_norm, q_out.dtype, D);
+  return checked_norms(op, q_norm, k_norm, q_out.dtype, D);
+}
+
+void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& scaled_qkv, const Tensor& q_norm,
+                         const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                         int heads, int kv_heads, float eps, cudaStream_t stream) {
+  constexpr const char* op = "cuda::qkv_norm_rope_store";
+  const bool norm = check_qkv_norm_rope_store(op, q_out, cache, scaled_qkv, q_norm, k_norm, positions, inv_freq, slots,
+                                              heads, kv_heads);
+  const int64_t T = q_out.shape[0], D = q_out.shape[1] / heads, QD = heads * D, KD = kv_heads * D;
+  const int64_t rows = cache.keys.shape[0];
+  const bool coded = cache.keys.dtype == DType::F8_E4M3;
+  const Tensor& qkv = scaled_qkv.values;
   if (T == 0) return;
   dispatch_data(q_out.dtype, [&](auto tag) {
     using E = decltype(tag);

@@ -39,4 +39,10 @@ void qkv_norm_rope_store(const Tensor& q_out, const CacheLayer& cache, const Sca
                          const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
                          int heads, int kv_heads, float eps, cudaStream_t stream);
 
+// qkv_norm_rope_store's checks of its arguments, for an op (named `op`) that takes the
+// same ones; returns whether the norm weights are there.
+bool check_qkv_norm_rope_store(const char* op, const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
+                               const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
+                               const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads);
+
 }  // namespace tandem::cuda

@@ -22,10 +22,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/config.h"
@@ -35,6 +37,7 @@
 #include "gpu_support.h"
 #include "tensor/bf16.h"
 #include "tensor/device_copy.h"
+#include "tensor/fp8.h"
 #include "tensor/memory_pool.h"
 
 using namespace tandem;
@@ -594,6 +597,155 @@ TEST(GpuPagedAttentionWorkspace, AnySizeGivesTheSameResult) {
     expect_matches_cpu(gpu, problem, std::to_string(floats) + " workspace floats");
   }
 }
+
+// The engine's layers from their fused q|k|v projection (attend_qkv): decode steps, which
+// the decode kernel takes whole (it normalises and rotates the queries, stores the new
+// keys and values, takes each new key from shared memory, and leaves q_scratch as it
+// was), and mixed steps, which go through qkv_norm_rope_store and paged_attend; BF16 and
+// FP8 caches, with and without the q/k norm weights and an FP8 projection's row scales;
+// GQA groups 1, 2 and 4; the contexts of sequences_of (splits). Two references:
+// - the stored rows against CpuPagedAttention::store_qkv, which keeps FP32 where the GPU
+//   rounds to BF16 first: BF16 elements within 2^-8 (+ 1e-6 where rotations cancel),
+//   codes as QkvNormRopeStoreIntoFp8CodesMatchesCpu's (a code step, or the subnormal step);
+//   rows that no token writes keep their contents bit for bit;
+// - out against CpuPagedAttention::attend of the CPU's queries rounded to BF16 on the
+//   cache the GPU wrote, within expect_out_close's bounds (4e-2·RMS for codes).
+struct QkvCase {
+  Shape shape;
+  bool decode_only, coded, norm, row_scales;
+};
+
+std::string qkv_case_name(const QkvCase& c) {
+  return case_name(Case{c.shape, c.decode_only}) + (c.coded ? "_fp8" : "") + (c.norm ? "_norm" : "") +
+         (c.row_scales ? "_scaled" : "");
+}
+
+class GpuPagedAttentionQkv : public ::testing::TestWithParam<QkvCase> {};
+
+TEST_P(GpuPagedAttentionQkv, MatchesCpuStoreQkvThenAttend) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const QkvCase c = GetParam();
+  const Shape& shape = c.shape;
+  const int H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
+  std::mt19937 rng(seed);
+  const std::vector<SequenceSpec> specs = sequences_of(c.decode_only, rng);
+  Problem p = make_problem(shape, specs, blocks_for(specs, shape.block_size) + 7, 1500 / shape.block_size + 3, seed);
+  const int64_t T = p.tokens, W = static_cast<int64_t>(H + 2 * KV) * D, KD = shape.kv_width();
+
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const auto draws = [&](int64_t count, float mean, float std) {
+    std::vector<float> x(count);
+    for (float& e : x) e = mean + std * normal(rng);
+    round_to(x, DType::BF16);
+    return x;
+  };
+  std::vector<float> qkv = draws(T * W, 0.f, 2.f), q_norm = draws(D, 1.f, 0.2f), k_norm = draws(D, 1.f, 0.2f);
+  std::vector<float> row_scales(T), inv_freq(D / 2);
+  std::uniform_real_distribution<float> scale(0.25f, 2.f);
+  for (float& e : row_scales) e = scale(rng);
+  for (int i = 0; i < D / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / D);
+  std::vector<int32_t> positions;  // each new token's place in its sequence
+  for (const SequenceSpec& spec : specs)
+    for (int i = 0; i < spec.queries; ++i) positions.push_back(spec.context - spec.queries + i);
+
+  // The CPU's store_qkv into the problem's cache (coded by the CPU for FP8).
+  CpuPagedAttention cpu;
+  std::vector<float> cpu_keys = p.key_cache, cpu_values = p.value_cache, cpu_q(T * shape.q_width());
+  CodedCache coded_before(p.rows, shape);
+  std::vector<int32_t> every_row(p.rows);
+  std::iota(every_row.begin(), every_row.end(), 0);
+  cpu.store(coded_before.host(), p.host(p.key_cache, {p.rows, KD}), p.host(p.value_cache, {p.rows, KD}),
+            p.host(every_row, {p.rows}));
+  CodedCache coded_after = coded_before;
+  cpu.store_qkv(p.host(cpu_q, {T, shape.q_width()}),
+                c.coded ? coded_after.host() : CacheLayer{p.host(cpu_keys, {p.rows, KD}), p.host(cpu_values, {p.rows, KD})},
+                ScaledRows(p.host(qkv, {T, W}), c.row_scales ? p.host(row_scales, {T}) : Tensor{}),
+                c.norm ? p.host(q_norm, {D}) : Tensor{}, c.norm ? p.host(k_norm, {D}) : Tensor{},
+                p.host(positions, {T}), p.host(inv_freq, {D / 2}), p.host(p.slots, {T}), H, KV, 1e-6f);
+
+  // The GPU, q_scratch full of NaN.
+  DeviceStep gpu(p);
+  write(gpu.q, std::vector<float>(T * shape.q_width(), std::numeric_limits<float>::quiet_NaN()));
+  const auto device = [&](DType dtype, const auto& values, std::vector<int64_t> extent) {
+    const Tensor t = gpu.memory.make(dtype, std::move(extent));
+    write(t, values);
+    return t;
+  };
+  const CacheLayer gpu_cache = c.coded ? coded_before.upload(gpu.memory) : CacheLayer{gpu.key_cache, gpu.value_cache};
+  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), T, p.sequences,
+                               "test.paged_attention");
+  attention.attend_qkv(gpu.out, gpu.q, gpu_cache,
+                       ScaledRows(device(DType::BF16, qkv, {T, W}), c.row_scales ? device(DType::F32, row_scales, {T}) : Tensor{}),
+                       c.norm ? device(DType::BF16, q_norm, {D}) : Tensor{},
+                       c.norm ? device(DType::BF16, k_norm, {D}) : Tensor{}, device(DType::I32, positions, {T}),
+                       device(DType::F32, inv_freq, {D / 2}), gpu.batch(), H, KV, 1e-6f);
+  check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+
+  const std::vector<float> q_scratch = read(gpu.q);
+  const bool q_written = std::any_of(q_scratch.begin(), q_scratch.end(), [](float x) { return !std::isnan(x); });
+  EXPECT_EQ(q_written, !c.decode_only) << "q_scratch written on the decode kernel, or left unwritten on a mixed step";
+
+  std::vector<bool> written(p.rows, false);
+  for (const int32_t slot : p.slots) written[slot] = true;
+  std::vector<float> gpu_keys, gpu_values;
+  CodedCache gpu_coded(coded_after);
+  if (!c.coded) {
+    gpu_keys = read(gpu.key_cache), gpu_values = read(gpu.value_cache);
+    for (const auto& [got, want, what] : {std::tuple{&gpu_keys, &cpu_keys, "key"}, std::tuple{&gpu_values, &cpu_values, "value"}})
+      for (int64_t i = 0; i < static_cast<int64_t>(got->size()); ++i) {
+        const float g = (*got)[i], w = (*want)[i];
+        if (written[i / KD])
+          ASSERT_LE(std::abs(g - w), std::ldexp(std::abs(w), -8) + 1e-6) << what << " element " << i;
+        else if (!std::isnan(w))
+          ASSERT_EQ(g, w) << what << " element " << i << " of a row no token writes";
+      }
+  } else {
+    copy_tensor_to_host(gpu_coded.key_codes.data(), gpu_cache.keys);
+    copy_tensor_to_host(gpu_coded.value_codes.data(), gpu_cache.values);
+    copy_tensor_to_host(gpu_coded.key_scales.data(), gpu_cache.key_scales);
+    copy_tensor_to_host(gpu_coded.value_scales.data(), gpu_cache.value_scales);
+    for (const bool keys : {true, false}) {
+      const std::vector<uint8_t>& got_codes = keys ? gpu_coded.key_codes : gpu_coded.value_codes;
+      const std::vector<uint8_t>& want_codes = keys ? coded_after.key_codes : coded_after.value_codes;
+      const std::vector<float>& got_scales = keys ? gpu_coded.key_scales : gpu_coded.value_scales;
+      const std::vector<float>& want_scales = keys ? coded_after.key_scales : coded_after.value_scales;
+      for (int64_t head = 0; head < p.rows * KV; ++head) {
+        const float want_scale = want_scales[head], got_scale = got_scales[head];
+        for (int64_t i = head * D; i < (head + 1) * D; ++i) {
+          if (!written[head / KV]) {
+            ASSERT_EQ(got_codes[i], want_codes[i]) << (keys ? "key" : "value") << " code " << i << " of a row no token writes";
+            continue;
+          }
+          const float want = e4m3_to_float(want_codes[i]) * want_scale, got = e4m3_to_float(got_codes[i]) * got_scale;
+          ASSERT_LE(std::abs(got - want), 0.125f * std::abs(want) + 0x1p-9f * want_scale + 0x1p-8f * 448 * want_scale)
+              << (keys ? "key" : "value") << " code " << i << " (row " << head / KV << ")";
+        }
+      }
+    }
+  }
+
+  // out: the CPU's attend of its queries, rounded as the GPU rounds them, on the GPU's cache.
+  round_to(cpu_q, DType::BF16);
+  cpu.attend(p.host(p.out, {T, shape.q_width()}), p.host(cpu_q, {T, shape.q_width()}),
+             c.coded ? gpu_coded.host() : CacheLayer{p.host(gpu_keys, {p.rows, KD}), p.host(gpu_values, {p.rows, KD})},
+             p.host_batch(), H, KV);
+  expect_out_close(read(gpu.out), p, qkv_case_name(c), c.coded ? 4e-2 : 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuPagedAttentionQkv,
+    ::testing::Values(QkvCase{{16, 8, 128, DType::BF16}, true, false, true, false},
+                      QkvCase{{16, 8, 128, DType::BF16}, true, true, true, true},
+                      QkvCase{{16, 8, 128, DType::BF16}, true, true, false, false},
+                      QkvCase{{16, 4, 128, DType::BF16}, true, false, false, true},
+                      QkvCase{{8, 8, 64, DType::BF16}, true, true, true, false},
+                      QkvCase{{16, 4, 64, DType::BF16}, true, true, true, true},
+                      QkvCase{{8, 8, 64, DType::BF16}, true, false, true, true},
+                      QkvCase{{16, 8, 128, DType::BF16}, false, true, true, true},
+                      QkvCase{{16, 8, 128, DType::BF16}, false, false, true, false}),
+    [](const ::testing::TestParamInfo<QkvCase>& info) { return qkv_case_name(info.param); });
 
 TEST(GpuPagedAttentionArgs, WrongShapesAndDtypesAreRefused) {
   REQUIRE_GPU();

@@ -34,6 +34,9 @@ class CudaPagedAttention final : public PagedAttention {
                  int kv_heads, float eps) override;
   void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
               int kv_heads) override;
+  void attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
+                  const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                  const PagedBatch& batch, int heads, int kv_heads, float eps) override;
 
   const Tensor& workspace() const { return workspace_; }
 

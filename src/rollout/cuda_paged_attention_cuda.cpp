@@ -49,4 +49,12 @@ void CudaPagedAttention::attend(const Tensor& out, const Tensor& q, const CacheL
   cuda::paged_attend(out, q, cache, batch, heads, kv_heads, workspace_, stream_);
 }
 
+void CudaPagedAttention::attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache,
+                                    const ScaledRows& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                                    const Tensor& positions, const Tensor& inv_freq, const PagedBatch& batch,
+                                    int heads, int kv_heads, float eps) {
+  cuda::paged_attend_qkv(out, q_scratch, cache, qkv, q_norm, k_norm, positions, inv_freq, batch, heads, kv_heads, eps,
+                         workspace_, stream_);
+}
+
 }  // namespace tandem

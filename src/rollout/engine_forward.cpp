@@ -214,30 +214,30 @@ Tensor EngineForward::run(const KvCache& cache) {
     const LayerParameters& p = params_.layers[l];
     const StackedWeights& stacked = stacked_[l];
     // Without qk_norm the norm weights are empty and q, k only rotate.
-    Tensor q_in = q;
-    if (fp8_weights_) {
-      const Fp8Layer& fp8 = s.fp8_layers[l];
+    if (stacked.qkv_proj.data) {  // always so with FP8 weights
       const Tensor qkv = rows(s.qkv);
-      ops_.fp8_matmul_forward(qkv, projected.values, fp8.qkv_proj, fp8.qkv_scale);
-      attention_.store_qkv(q, cache.layer(l), ScaledRows(qkv, projected.scales), p.q_norm, p.k_norm, positions,
-                           s.inv_freq, batch.slots, H, KV, eps);
-    } else if (stacked.qkv_proj.data) {
-      const Tensor qkv = rows(s.qkv);
-      ops_.matmul_forward(qkv, normed, stacked.qkv_proj, Tensor{});
-      attention_.store_qkv(q, cache.layer(l), qkv, p.q_norm, p.k_norm, positions, s.inv_freq, batch.slots, H, KV,
-                           eps);
+      ScaledRows projected_qkv = qkv;
+      if (fp8_weights_) {
+        const Fp8Layer& fp8 = s.fp8_layers[l];
+        ops_.fp8_matmul_forward(qkv, projected.values, fp8.qkv_proj, fp8.qkv_scale);
+        projected_qkv = ScaledRows(qkv, projected.scales);
+      } else {
+        ops_.matmul_forward(qkv, normed, stacked.qkv_proj, Tensor{});
+      }
+      attention_.attend_qkv(attention, q, cache.layer(l), projected_qkv, p.q_norm, p.k_norm, positions, s.inv_freq,
+                            batch, H, KV, eps);
     } else {
       const Tensor k = rows(s.k), v = rows(s.v);
       ops_.matmul_forward(q, normed, p.q_proj, p.q_bias);
       ops_.matmul_forward(k, normed, p.k_proj, p.k_bias);
       ops_.matmul_forward(v, normed, p.v_proj, p.v_bias);
-      q_in = config_.qk_norm ? rows(s.q_normed) : q;
+      const Tensor q_in = config_.qk_norm ? rows(s.q_normed) : q;
       const Tensor k_in = config_.qk_norm ? rows(s.k_normed) : k;
       ops_.qk_norm_rope_forward(q_in, k_in, q, k, p.q_norm, p.k_norm, positions, s.inv_freq, H, KV, eps, Tensor{},
                                 Tensor{});
       attention_.store(cache.layer(l), k_in, v, batch.slots);
+      attention_.attend(attention, q_in, cache.layer(l), batch, H, KV);
     }
-    attention_.attend(attention, q_in, cache.layer(l), batch, H, KV);
     ops_.matmul_forward(branch, attention, p.o_proj, Tensor{});
     ops_.add_rmsnorm_forward(projected, rstd, hidden, branch, p.post_attention_norm, eps);
 

@@ -51,6 +51,13 @@ class PagedAttention {
   // out, q: [T, heads*head_dim].
   virtual void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch,
                       int heads, int kv_heads) = 0;
+  // store_qkv (into batch.slots) then attend, q_scratch [T, heads·head_dim] holding the
+  // queries between them. A backend may do both in one pass and leave q_scratch as it was:
+  // CudaPagedAttention does on decode steps, where the kernel between them cost more in its
+  // start-up and drain than in its work.
+  virtual void attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
+                          const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
+                          const PagedBatch& batch, int heads, int kv_heads, float eps);
 };
 
 }  // namespace tandem

@@ -659,32 +659,27 @@ __device__ void prepare_fresh_head(const FreshRows& fresh, const Geometry& geo, 
     for (int e = 0; e < P; ++e) to[e] = __float2bfloat16_rn(x1[e]), to[H + e] = __float2bfloat16_rn(x2[e]);
     return;
   }
+  const int64_t slot = fresh.slots[t];
+  const bool stored = slot >= 0 && slot < fresh.rows;  // a slot outside the cache is skipped
+  const int64_t at = (slot * geo.kv_heads + head) * D + lane * P;
+  void* to = kind == 1 ? fresh.keys : fresh.values;
   if constexpr (Coded) {  // the cache's codes, and held as code · scale
     float amax = 0.f;
 #pragma unroll
     for (int e = 0; e < P; ++e) amax = fmaxf(amax, fmaxf(fabsf(x1[e]), fabsf(x2[e])));
     amax = warp_max(amax);
     const float inverse = e4m3_inverse_scale(amax), scale = e4m3_scale(amax);
-    uint8_t codes[2][P];
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      codes[0][e] = to_e4m3(x1[e] * inverse), codes[1][e] = to_e4m3(x2[e] * inverse);
-      x1[e] = e4m3_to_float(codes[0][e]) * scale, x2[e] = e4m3_to_float(codes[1][e]) * scale;
+      const uint8_t low = to_e4m3(x1[e] * inverse), high = to_e4m3(x2[e] * inverse);
+      x1[e] = e4m3_to_float(low) * scale, x2[e] = e4m3_to_float(high) * scale;
+      if (stored) static_cast<uint8_t*>(to)[at + e] = low, static_cast<uint8_t*>(to)[at + H + e] = high;
     }
-    const int64_t slot = fresh.slots[t];
-    if (slot >= 0 && slot < fresh.rows) {
-      uint8_t* to = static_cast<uint8_t*>(kind == 1 ? fresh.keys : fresh.values) + (slot * geo.kv_heads + head) * D + lane * P;
+    if (stored && lane == 0) (kind == 1 ? fresh.key_scales : fresh.value_scales)[slot * geo.kv_heads + head] = scale;
+  } else if (stored) {
 #pragma unroll
-      for (int e = 0; e < P; ++e) to[e] = codes[0][e], to[H + e] = codes[1][e];
-      if (lane == 0) (kind == 1 ? fresh.key_scales : fresh.value_scales)[slot * geo.kv_heads + head] = scale;
-    }
-  } else {
-    const int64_t slot = fresh.slots[t];
-    if (slot >= 0 && slot < fresh.rows) {
-      bf16* to = static_cast<bf16*>(kind == 1 ? fresh.keys : fresh.values) + (slot * geo.kv_heads + head) * D + lane * P;
-#pragma unroll
-      for (int e = 0; e < P; ++e) to[e] = __float2bfloat16_rn(x1[e]), to[H + e] = __float2bfloat16_rn(x2[e]);
-    }
+    for (int e = 0; e < P; ++e)
+      static_cast<bf16*>(to)[at + e] = __float2bfloat16_rn(x1[e]), static_cast<bf16*>(to)[at + H + e] = __float2bfloat16_rn(x2[e]);
   }
   float* own = held + (kind - 1) * D + lane * P;
 #pragma unroll

@@ -14,9 +14,10 @@
 // - Decode steps (T == B: one query per sequence), BF16, head_dim 64 or 128, GQA groups
 //   of 1, 2 or 4 (16-byte aligned tensors): a block per (sequence, kv head, split) whose
 //   4 warps stream disjoint 8- or 16-key stages of the cache through rings of their own
-//   (cp.async, 3 stages each, two in flight while one is used) and take the dot products
-//   on the CUDA cores; the warps merge by log-sum-exp at the end. Split-K only when the
-//   B·kv_heads blocks leave the device's resident slots empty (small batches).
+//   (cp.async, 2 or 3 stages each) and take the products on the tensor cores; the warps
+//   merge by log-sum-exp at the end. Split-K only when the B·kv_heads blocks leave the
+//   device's resident slots empty (small batches). Through paged_attend_qkv the same
+//   kernel also makes its queries and the new keys and values from the q|k|v projection.
 // - Other BF16 steps with head_dim 16, 32, 64 or 128 (16-byte aligned): a block serves every
 //   query head of one kv head (or 16/64 of them when a group is larger) for a tile of
 //   queries of one sequence, so each key and value row is read once per tile; keys stream

@@ -59,7 +59,7 @@ void paged_attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, c
 // kernel runs (BF16, 16-byte aligned) takes both in that kernel and leaves q_scratch
 // unwritten: each block normalises and rotates its group's queries into shared memory,
 // and the block whose keys end at a sequence's new token stores that token's key and
-// value before it reads the cache.
+// value and takes them from shared memory, not from the cache row it writes.
 void paged_attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
                       const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
                       const PagedBatch& batch, int heads, int kv_heads, float eps, const Tensor& workspace,

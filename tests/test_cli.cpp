@@ -126,17 +126,25 @@ static double largest_logp_gap(const std::filesystem::path& folder, int64_t step
   return worst;
 }
 
+// A 4-step run of `name` with the extra `flags`, which must go through and name
+// `setup_line` in its set-up table; returns largest_logp_gap of its step-4 samples.
+static double fp8_run_gap(TempDir& dir, const std::string& name, const std::string& flags,
+                          const std::string& setup_line) {
+  const auto result = run_command(tandem_cmd(short_run(dir, name, 4) + " --run.samples-every=4 " + flags));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find(setup_line), std::string::npos) << result.output;
+  const double worst = largest_logp_gap(dir.path() / name, 4);
+  std::printf("largest rollout/train log-prob difference: %.3g\n", worst);
+  return worst;
+}
+
 // rollout.kv-cache-dtype = fp8 reaches the engine: the set-up table names the codes, and
 // the samples' rollout log-probs (from keys and values rounded to E4M3) differ from the
 // trainer's by more than an FP32 cache's 1e-5, yet little; a dtype it does not know is a
 // deck error.
 TEST(Cli, Fp8KvCacheSamplesFromTheCodes) {
   TempDir dir;
-  const auto result =
-      run_command(tandem_cmd(short_run(dir, "fp8", 4) + " --run.samples-every=4 --rollout.kv-cache-dtype=fp8"));
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("FP8 E4M3 with scales"), std::string::npos) << result.output;
-  const double worst = largest_logp_gap(dir.path() / "fp8", 4);
+  const double worst = fp8_run_gap(dir, "fp8", "--rollout.kv-cache-dtype=fp8", "FP8 E4M3 with scales");
   EXPECT_GT(worst, 1e-4);
   EXPECT_LT(worst, 0.25);
   const auto bad = run_command(tandem_cmd("--check --rollout.kv-cache-dtype=int8"));
@@ -150,12 +158,7 @@ TEST(Cli, Fp8KvCacheSamplesFromTheCodes) {
 // when the codes of step 1 stay).
 TEST(Cli, Fp8WeightsSampleFromCodedProjections) {
   TempDir dir;
-  const auto result =
-      run_command(tandem_cmd(short_run(dir, "fp8w", 4) + " --run.samples-every=4 --rollout.weight-dtype=fp8"));
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("of FP8 projections beside it"), std::string::npos) << result.output;
-  const double worst = largest_logp_gap(dir.path() / "fp8w", 4);
-  std::printf("largest rollout/train log-prob difference: %.3g\n", worst);
+  const double worst = fp8_run_gap(dir, "fp8w", "--rollout.weight-dtype=fp8", "of FP8 projections beside it");
   EXPECT_GT(worst, 1e-3);
   EXPECT_LT(worst, 0.5);
 }

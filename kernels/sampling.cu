@@ -15,7 +15,7 @@ namespace tandem::cuda {
 
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 512;  // sample_kernel's CTA
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kAll = 0xffffffffu;
 // The pick pass sums the row in chunks of 256 tokens (8 per lane of a warp), in index
@@ -82,21 +82,24 @@ struct Cut {
   }
 };
 
-// Same value in every thread; fixed order, so the result is the same run after run.
-template <class V, class Op>
+// Same value in every thread of a block of Threads; fixed order, so the result is the same
+// run after run.
+template <int Threads, class V, class Op>
 __device__ V block_reduce(V v, Op op) {
-  __shared__ V partial[kWarps];
+  constexpr int warps = Threads / 32;
+  __shared__ V partial[warps];
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kAll, v, offset));
   if (lane_id() == 0) partial[warp_id()] = v;
   __syncthreads();
   V total = partial[0];
-  for (int w = 1; w < kWarps; ++w) total = op(total, partial[w]);
+  for (int w = 1; w < warps; ++w) total = op(total, partial[w]);
   __syncthreads();
   return total;
 }
 
+template <int Threads>
 __device__ double block_sum(double v) {
-  return block_reduce(v, [](double a, double b) { return a + b; });
+  return block_reduce<Threads>(v, [](double a, double b) { return a + b; });
 }
 
 __device__ double warp_inclusive_scan(double v) {
@@ -105,104 +108,6 @@ __device__ double warp_inclusive_scan(double v) {
     if (lane_id() >= offset) v += before;
   }
   return v;
-}
-
-// What the first kernel finds in each tile of kTile tokens of a row, for the second to
-// combine: max and first argmax of z, and the FP64 sum of expf(z - tile max), which the
-// second rescales to the row's max (the same weights up to the last bit of each term).
-// A CTA of the first kernel reads kTilePacks packs a thread, all in flight before the
-// first is used, and reduces with two barriers: one read of the row at the copy rate
-// needs that many bytes in flight, and little else per CTA.
-constexpr int kTileThreads = 256;
-constexpr int kTileWarps = kTileThreads / 32;
-constexpr int kTilePacks = 4;
-constexpr int kTile = kTileThreads * kTilePacks * kPerLane;  // 8192 tokens, 32 chunks
-constexpr int64_t kMaxTiles = kMaxVocab / kTile;
-static_assert(kMaxTiles <= kThreads, "one thread per tile combines a row");
-static_assert(kTile % kChunk == 0, "a tile is whole chunks");
-struct TileStats {
-  double mass;
-  float max;
-  int32_t first;  // V when the tile holds nothing above -inf
-  int32_t bad;    // a NaN or +inf
-};
-
-// Grid (B, tiles): pack p of thread t holds tokens kPerLane (p kTileThreads + t) + [0,
-// kPerLane) of the tile, so a warp's packs are 512 contiguous bytes of BF16.
-template <class T>
-__global__ void __launch_bounds__(kTileThreads)
-    tile_stats_kernel(TileStats* stats, const T* logits, int64_t V, bool packed, const float* temperatures) {
-  __shared__ float warp_max[kTileWarps];
-  __shared__ int32_t warp_first[kTileWarps];
-  __shared__ bool warp_bad[kTileWarps];
-  __shared__ double warp_mass[kTileWarps];
-  const int64_t r = blockIdx.x;  // rows on x: y and z stop at 65535
-  const float temperature = temperatures[r];
-  const Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
-  const int64_t tile = static_cast<int64_t>(blockIdx.y) * kTile;
-  auto start_of = [&](int p) { return tile + (p * kTileThreads + threadIdx.x) * kPerLane; };
-  float z[kTilePacks][kPerLane];
-  if (packed && tile + kTile <= V) {  // every pack whole: the loads go out together
-    Pack<T> packs[kTilePacks];
-#pragma unroll
-    for (int p = 0; p < kTilePacks; ++p) packs[p] = *reinterpret_cast<const Pack<T>*>(row.x + start_of(p));
-#pragma unroll
-    for (int p = 0; p < kTilePacks; ++p) row.z_of_pack(packs[p], z[p]);
-  } else {
-#pragma unroll
-    for (int p = 0; p < kTilePacks; ++p) row.load_z(start_of(p), z[p]);
-  }
-  // Per token only a max and a flag: the tile's first argmax is looked for after its max is
-  // known, by the threads that hold it. FP32 sums of a pack's 8 weights, FP64 beyond: a
-  // conversion to FP64 per token would cost more than the read.
-  float m = -INFINITY;
-  bool bad = false;
-#pragma unroll
-  for (int p = 0; p < kTilePacks; ++p)
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      bad |= !(z[p][e] <= FLT_MAX);  // NaN or +inf
-      m = fmaxf(m, z[p][e]);
-    }
-  float max = m;
-  for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
-  bad = __any_sync(kAll, bad);
-  if (lane_id() == 0) warp_max[warp_id()] = max, warp_bad[warp_id()] = bad;
-  __syncthreads();
-  max = warp_max[0];
-  for (int w = 1; w < kTileWarps; ++w) max = fmaxf(max, warp_max[w]);
-  double mass = 0;
-  int32_t first = static_cast<int32_t>(V);
-  if (max > -INFINITY) {
-#pragma unroll
-    for (int p = 0; p < kTilePacks; ++p) {
-      float pack_mass = 0;
-#pragma unroll
-      for (int e = 0; e < kPerLane; ++e) pack_mass += expf(z[p][e] - max);
-      mass += pack_mass;
-    }
-    if (m == max)  // this thread's tokens in index order: the first of equal maxima
-#pragma unroll
-      for (int p = kTilePacks - 1; p >= 0; --p)
-#pragma unroll
-        for (int e = kPerLane - 1; e >= 0; --e)
-          if (z[p][e] == max) first = static_cast<int32_t>(start_of(p) + e);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    mass += __shfl_xor_sync(kAll, mass, offset);
-    first = min(first, __shfl_xor_sync(kAll, first, offset));
-  }
-  if (lane_id() == 0) warp_mass[warp_id()] = mass, warp_first[warp_id()] = first;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    TileStats out{0, max, static_cast<int32_t>(V), 0};
-    for (int w = 0; w < kTileWarps; ++w) {
-      out.mass += warp_mass[w];
-      out.first = min(out.first, warp_first[w]);
-      out.bad |= warp_bad[w];
-    }
-    stats[r * kMaxTiles + blockIdx.y] = out;
-  }
 }
 
 // The weight bits of the last token kept, in the CPU's order, when keeping tokens while
@@ -256,8 +161,8 @@ __device__ Threshold search(const Row<T>& row, uint32_t lo, Need need) {
       }
       if (lane_id() == 0) partial[warp_id()][j] = count[j], partial[warp_id()][kBuckets + j] = mass[j];
     }
-    low_key = block_reduce(low_key, [](uint32_t a, uint32_t b) { return min(a, b); });  // syncs the partials too
-    high_key = block_reduce(high_key, [](uint32_t a, uint32_t b) { return max(a, b); });
+    low_key = block_reduce<kThreads>(low_key, [](uint32_t a, uint32_t b) { return min(a, b); });  // syncs the partials too
+    high_key = block_reduce<kThreads>(high_key, [](uint32_t a, uint32_t b) { return max(a, b); });
     double C[kBuckets + 1], M[kBuckets + 1];
     C[kBuckets] = M[kBuckets] = 0;
     for (int j = 0; j < kBuckets; ++j) {
@@ -337,12 +242,12 @@ __device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double 
 }
 
 // The FP64 sums of the kept weights of chunks [first, first + chunks), into chunk_mass;
-// returns their total.
-template <class T>
+// returns their total. A block of Threads.
+template <int Threads, class T>
 __device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int64_t first, int64_t chunks) {
   const float z_floor = row.z_floor(__uint_as_float(cut.key));
   double total = 0;
-  for (int64_t c = warp_id(); c < chunks; c += kWarps) {
+  for (int64_t c = warp_id(); c < chunks; c += Threads / 32) {
     const int64_t start = (first + c) * kChunk + lane_id() * kPerLane;
     float z[kPerLane];
     row.load_z(start, z);
@@ -358,7 +263,7 @@ __device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int
     total += kept;  // the same in every lane of the warp
   }
   if (lane_id() != 0) total = 0;
-  return block_sum(total);  // its barrier publishes chunk_mass
+  return block_sum<Threads>(total);  // its barrier publishes chunk_mass
 }
 
 struct Located {
@@ -368,12 +273,13 @@ struct Located {
 };
 
 // Walks mass[0, n) in order from `start`: the first entry with mass whose running sum
-// passes `target`, or failing that the last entry with mass.
+// passes `target`, or failing that the last entry with mass. A block of Threads.
+template <int Threads>
 __device__ Located locate(const double* mass, int64_t n, double start, double target) {
-  __shared__ double warp_mass[kWarps];
+  __shared__ double warp_mass[Threads / 32];
   __shared__ double hit_start;
   // Each thread owns a run of consecutive entries; a block scan gives where each run starts.
-  const int64_t per_thread = (n + kThreads - 1) / kThreads;
+  const int64_t per_thread = (n + Threads - 1) / Threads;
   const int64_t first = min(threadIdx.x * per_thread, n), end = min(first + per_thread, n);
   double own = 0;
   for (int64_t c = first; c < end; ++c) own += mass[c];
@@ -390,8 +296,8 @@ __device__ Located locate(const double* mass, int64_t n, double start, double ta
     if (hit == n && running + mass[c] > target) hit = c, at = running;
     running += mass[c];
   }
-  const int64_t hit_index = block_reduce(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  const int64_t last_index = block_reduce(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
+  const int64_t hit_index = block_reduce<Threads>(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  const int64_t last_index = block_reduce<Threads>(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
   if (hit == hit_index && hit < n) hit_start = at;
   __syncthreads();
   const Located located = hit_index < n ? Located{hit_index, hit_start, true} : Located{last_index, 0, false};
@@ -432,11 +338,193 @@ __device__ int64_t pick_in_chunk(const Row<T>& row, Cut cut, Located chunk, doub
   return chosen;
 }
 
-// One CTA per row, after tile_stats_kernel: combines the row's tiles (max, argmax, the
-// sum of all weights), which settles a greedy row. A full-vocabulary draw finds its tile
-// from the rescaled tile sums, then its chunk from that tile's exact sums, then its token.
-// A truncated draw finds its cut with passes over the row, then sums the kept weights of
-// every chunk.
+// What each tile of kTile tokens of a row gives the row's combination: max and first argmax
+// of z, and the FP64 sum of expf(z - tile max), rescaled to the row's max when combined
+// (the same weights up to the last bit of each term). A tile's CTA reads kTilePacks packs a
+// thread, all in flight before the first is used, and reduces with two barriers: one read
+// of the row at the copy rate needs that many bytes in flight, and little else per CTA.
+constexpr int kTileThreads = 256;
+constexpr int kTileWarps = kTileThreads / 32;
+constexpr int kTilePacks = 4;
+constexpr int kTile = kTileThreads * kTilePacks * kPerLane;  // 8192 tokens, 32 chunks
+constexpr int kTileChunks = kTile / kChunk;
+constexpr int64_t kMaxTiles = kMaxVocab / kTile;
+static_assert(kMaxTiles <= kTileThreads, "one thread per tile combines a row");
+static_assert(kTile % kChunk == 0, "a tile is whole chunks");
+struct TileStats {
+  double mass;
+  float max;
+  int32_t first;  // V when the tile holds nothing above -inf
+  int32_t bad;    // a NaN or +inf
+};
+
+// Truncated draws are left to sample_kernel: their passes over the row want a larger CTA
+// and more registers than the tiles' reads can spare.
+__device__ bool truncated_draw(float temperature, int32_t top_k, float top_p, int64_t V) {
+  return temperature != 0 && ((top_k > 0 && top_k < V) || top_p < 1);
+}
+
+struct RowTotals {
+  float max;
+  int64_t first;  // first argmax
+  bool bad;       // a NaN or +inf, or nothing above -inf
+  double mass;    // of all weights, at the row's max
+};
+
+// Thread t < tiles combines tile t's statistics, written by other CTAs (read from L2);
+// tile_mass[t] gets its mass at the row's max. A block of Threads.
+template <int Threads>
+__device__ RowTotals combine_tiles(const TileStats* row_stats, int64_t tiles, int64_t V, double* tile_mass) {
+  TileStats own{0, -INFINITY, 0, 0};
+  if (threadIdx.x < tiles) {
+    const TileStats* s = row_stats + threadIdx.x;
+    own = {__ldcg(&s->mass), __ldcg(&s->max), __ldcg(&s->first), __ldcg(&s->bad)};
+  }
+  const bool bad = __syncthreads_or(own.bad);
+  const float max = block_reduce<Threads>(own.max, [](float a, float b) { return fmaxf(a, b); });
+  const int64_t first = block_reduce<Threads>(threadIdx.x < tiles && own.max == max ? own.first : V,
+                                              [](int64_t a, int64_t b) { return a < b ? a : b; });
+  // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
+  // mass, or a draw could land in it and find no token there.
+  const double scaled =
+      expf(own.max - max) > 0 ? own.mass * exp(static_cast<double>(own.max) - static_cast<double>(max)) : 0.0;
+  if (threadIdx.x < tiles) tile_mass[threadIdx.x] = scaled;
+  const double mass = block_sum<Threads>(scaled);  // its barrier publishes tile_mass
+  return {max, first, bad || first == V, mass};
+}
+
+// A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
+__device__ bool settled_as_bad(int32_t* ids, float* logprobs, int64_t r, const RowTotals& totals) {
+  if (totals.bad && threadIdx.x == 0) ids[r] = -1, logprobs[r] = NAN;
+  return totals.bad;
+}
+
+template <class T>
+__device__ void write_token(int32_t* ids, float* logprobs, int64_t r, const Row<T>& row, int64_t id, double mass) {
+  ids[r] = static_cast<int32_t>(id);
+  logprobs[r] = static_cast<float>(static_cast<double>(row.z(id) - row.max) - log(mass));
+}
+
+// A full-vocabulary draw: its tile from the rescaled tile sums, its chunk from that tile's
+// exact sums, then its token. A block of Threads.
+template <int Threads, class T>
+__device__ int64_t draw_from_all(const Row<T>& row, const double* tile_mass, int64_t tiles, double mass, float u,
+                                 double* chunk_mass) {
+  const Cut all_kept{0, row.V};
+  double target = static_cast<double>(u) * mass;
+  const Located tile = locate<Threads>(tile_mass, tiles, 0.0, target);
+  const int64_t first_chunk = tile.index * kTileChunks;
+  const int64_t chunks = min(static_cast<int64_t>(kTileChunks), (row.V + kChunk - 1) / kChunk - first_chunk);
+  sum_chunks<Threads>(row, all_kept, chunk_mass, first_chunk, chunks);
+  if (!tile.reached) target = INFINITY;
+  Located chunk = locate<Threads>(chunk_mass, chunks, tile.start, target);
+  chunk.index += first_chunk;
+  return pick_in_chunk(row, all_kept, chunk, target);
+}
+
+// Grid (B, tiles): pack p of thread t holds tokens kPerLane (p kTileThreads + t) + [0,
+// kPerLane) of the tile, so a warp's packs are 512 contiguous bytes of BF16. The last CTA
+// of a row to finish (counted in tiles_done[r], which it sets back to 0) combines the
+// row's tiles and settles it, unless its draw is truncated: then sample_kernel does.
+template <class T>
+__global__ void __launch_bounds__(kTileThreads)
+    tile_kernel(int32_t* ids, float* logprobs, TileStats* stats, int32_t* tiles_done, const T* logits, int64_t V,
+                bool packed, const float* temperatures, const int32_t* top_ks, const float* top_ps,
+                const float* uniforms) {
+  __shared__ float warp_max[kTileWarps];
+  __shared__ int32_t warp_first[kTileWarps];
+  __shared__ bool warp_bad[kTileWarps];
+  __shared__ double warp_mass[kTileWarps];
+  __shared__ bool last;
+  const int64_t r = blockIdx.x;  // rows on x: y and z stop at 65535
+  const float temperature = temperatures[r];
+  Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * kTile;
+  auto start_of = [&](int p) { return tile + (p * kTileThreads + threadIdx.x) * kPerLane; };
+  float z[kTilePacks][kPerLane];
+  if (packed && tile + kTile <= V) {  // every pack whole: the loads go out together
+    Pack<T> packs[kTilePacks];
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) packs[p] = *reinterpret_cast<const Pack<T>*>(row.x + start_of(p));
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) row.z_of_pack(packs[p], z[p]);
+  } else {
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) row.load_z(start_of(p), z[p]);
+  }
+  // Per token only a max and a flag: the tile's first argmax is looked for after its max is
+  // known, by the threads that hold it. FP32 sums of a pack's 8 weights, FP64 beyond: a
+  // conversion to FP64 per token would cost more than the read.
+  float m = -INFINITY;
+  bool bad = false;
+#pragma unroll
+  for (int p = 0; p < kTilePacks; ++p)
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      bad |= !(z[p][e] <= FLT_MAX);  // NaN or +inf
+      m = fmaxf(m, z[p][e]);
+    }
+  float max = m;
+  for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
+  bad = __any_sync(kAll, bad);
+  if (lane_id() == 0) warp_max[warp_id()] = max, warp_bad[warp_id()] = bad;
+  __syncthreads();
+  max = warp_max[0];
+  for (int w = 1; w < kTileWarps; ++w) max = fmaxf(max, warp_max[w]);
+  double mass = 0;
+  int32_t first = static_cast<int32_t>(V);
+  if (max > -INFINITY) {
+#pragma unroll
+    for (int p = 0; p < kTilePacks; ++p) {
+      float pack_mass = 0;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) pack_mass += expf(z[p][e] - max);
+      mass += pack_mass;
+    }
+    if (m == max)  // this thread's tokens in index order: the first of equal maxima
+#pragma unroll
+      for (int p = kTilePacks - 1; p >= 0; --p)
+#pragma unroll
+        for (int e = kPerLane - 1; e >= 0; --e)
+          if (z[p][e] == max) first = static_cast<int32_t>(start_of(p) + e);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    mass += __shfl_xor_sync(kAll, mass, offset);
+    first = min(first, __shfl_xor_sync(kAll, first, offset));
+  }
+  if (lane_id() == 0) warp_mass[warp_id()] = mass, warp_first[warp_id()] = first;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    TileStats out{0, max, static_cast<int32_t>(V), 0};
+    for (int w = 0; w < kTileWarps; ++w) {
+      out.mass += warp_mass[w];
+      out.first = min(out.first, warp_first[w]);
+      out.bad |= warp_bad[w];
+    }
+    stats[r * kMaxTiles + blockIdx.y] = out;
+    __threadfence();  // the statistics reach L2 before the count that announces them
+    last = atomicAdd(tiles_done + r, 1) == static_cast<int32_t>(gridDim.y) - 1;
+    if (last) {
+      tiles_done[r] = 0;  // for the next call: every tile of this one has counted
+      __threadfence();    // and the other tiles' statistics are read after their counts
+    }
+  }
+  __syncthreads();
+  if (!last || truncated_draw(temperature, top_ks[r], top_ps[r], V)) return;
+  __shared__ double tile_mass[kMaxTiles];
+  __shared__ double chunk_mass[kTileChunks];
+  const RowTotals totals = combine_tiles<kTileThreads>(stats + r * kMaxTiles, gridDim.y, V, tile_mass);
+  if (settled_as_bad(ids, logprobs, r, totals)) return;
+  row.max = totals.max;
+  const int64_t id = temperature == 0 ? totals.first
+                                      : draw_from_all<kTileThreads>(row, tile_mass, gridDim.y, totals.mass,
+                                                                    uniforms[r], chunk_mass);
+  if (threadIdx.x == 0) write_token(ids, logprobs, r, row, id, totals.mass);
+}
+
+// One CTA per row, after tile_kernel; only rows with a truncated draw have work. It finds
+// the cut with passes over the row, sums the kept weights of every chunk, and picks from
+// the chunk the draw lands in.
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t* ids, float* logprobs, const TileStats* stats, const T* logits, int64_t V, bool packed,
@@ -445,59 +533,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ double tile_mass[kMaxTiles];
   const int64_t r = blockIdx.x;
   const float temperature = temperatures[r];
-  const bool greedy = temperature == 0;
-  Row<T> row{logits + r * V, V, greedy ? 1.f : temperature, 0.f, packed};
+  if (!truncated_draw(temperature, top_ks[r], top_ps[r], V)) return;
+  Row<T> row{logits + r * V, V, temperature, 0.f, packed};
   const int64_t tiles = (V + kTile - 1) / kTile;
-  const TileStats own = threadIdx.x < tiles ? stats[r * kMaxTiles + threadIdx.x] : TileStats{0, -INFINITY, 0, 0};
-  const bool bad = __syncthreads_or(own.bad);
-  row.max = block_reduce(own.max, [](float a, float b) { return fmaxf(a, b); });
-  const int64_t first =
-      block_reduce(threadIdx.x < tiles && own.max == row.max ? own.first : V, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  if (bad || first == V) {
-    if (threadIdx.x == 0) ids[r] = -1, logprobs[r] = NAN;
-    return;
-  }
-  // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
-  // mass, or a draw could land in it and find no token there.
-  const double scaled = expf(own.max - row.max) > 0
-                            ? own.mass * exp(static_cast<double>(own.max) - static_cast<double>(row.max))
-                            : 0.0;
-  if (threadIdx.x < tiles) tile_mass[threadIdx.x] = scaled;
-  const double all = block_sum(scaled);  // its barrier publishes tile_mass
-  int64_t id = first;
-  if (!greedy) {
-    const Cut cut = truncation(row, top_ks[r], top_ps[r], all);
-    const float u = uniforms[r];
-    Located chunk;
-    double target;
-    if (cut.key == 0 && cut.last_tie == V) {  // every token kept: the tile sums serve
-      target = static_cast<double>(u) * all;
-      const Located tile = locate(tile_mass, tiles, 0.0, target);
-      const int64_t chunks = min(static_cast<int64_t>(kTile / kChunk), (V + kChunk - 1) / kChunk - tile.index * (kTile / kChunk));
-      sum_chunks(row, cut, chunk_mass, tile.index * (kTile / kChunk), chunks);
-      if (!tile.reached) target = INFINITY;
-      chunk = locate(chunk_mass, chunks, tile.start, target);
-      chunk.index += tile.index * (kTile / kChunk);
-    } else {
-      const int64_t chunks = (V + kChunk - 1) / kChunk;
-      target = static_cast<double>(u) * sum_chunks(row, cut, chunk_mass, 0, chunks);
-      chunk = locate(chunk_mass, chunks, 0.0, target);
-    }
-    id = pick_in_chunk(row, cut, chunk, target);
-  }
-  if (threadIdx.x == 0) {
-    ids[r] = static_cast<int32_t>(id);
-    logprobs[r] = static_cast<float>(static_cast<double>(row.z(id) - row.max) - log(all));
-  }
+  const RowTotals totals = combine_tiles<kThreads>(stats + r * kMaxTiles, tiles, V, tile_mass);
+  if (settled_as_bad(ids, logprobs, r, totals)) return;
+  row.max = totals.max;
+  const Cut cut = truncation(row, top_ks[r], top_ps[r], totals.mass);
+  const int64_t chunks = (V + kChunk - 1) / kChunk;
+  const double target = static_cast<double>(uniforms[r]) * sum_chunks<kThreads>(row, cut, chunk_mass, 0, chunks);
+  const Located chunk = locate<kThreads>(chunk_mass, chunks, 0.0, target);
+  const int64_t id = pick_in_chunk(row, cut, chunk, target);
+  if (threadIdx.x == 0) write_token(ids, logprobs, r, row, id, totals.mass);
 }
-
 }  // namespace
 
 size_t sample_tokens_workspace_bytes(int64_t rows) { return static_cast<size_t>(rows * kMaxTiles) * sizeof(TileStats); }
 
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
                    const Tensor& top_k, const Tensor& top_p, const Tensor& u, const Tensor& workspace,
-                   cudaStream_t stream) {
+                   const Tensor& tiles_done, cudaStream_t stream) {
   const char* op = "cuda::sample_tokens";
   check_op_arg(logits, op, "logits", Device::CUDA, {DType::BF16, DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t B = logits.shape[0], V = logits.shape[1];
@@ -508,6 +563,10 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   check_op_arg(top_p, op, "top_p", Device::CUDA, {DType::F32}, {B});
   check_op_arg(u, op, "u", Device::CUDA, {DType::F32}, {B});
   check_op_arg(workspace, op, "workspace", Device::CUDA, {DType::U8}, {kAnyExtent});
+  check_op_arg(tiles_done, op, "tiles_done", Device::CUDA, {DType::I32}, {kAnyExtent});
+  if (tiles_done.shape[0] < B)
+    throw std::invalid_argument(std::string(op) + ": tiles_done " + tiles_done.describe() + " has fewer than " +
+                                std::to_string(B) + " rows");
   if (V > kMaxVocab)
     throw std::invalid_argument(std::string(op) + ": logits " + logits.describe() + " has a vocabulary over " +
                                 std::to_string(kMaxVocab) + " (the per-chunk sums must fit in shared memory)");
@@ -522,8 +581,9 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   auto* stats = reinterpret_cast<TileStats*>(workspace.data);
   auto launch = [&](auto* data) {
     const bool packed = reinterpret_cast<uintptr_t>(data) % 16 == 0 && V * sizeof(*data) % 16 == 0;
-    tile_stats_kernel<<<dim3(static_cast<unsigned>(B), tiles), kTileThreads, 0, stream>>>(stats, data, V, packed,
-                                                                                       temperature.ptr<float>());
+    tile_kernel<<<dim3(static_cast<unsigned>(B), tiles), kTileThreads, 0, stream>>>(
+        ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, tiles_done.ptr<int32_t>(), data, V, packed,
+        temperature.ptr<float>(), top_k.ptr<int32_t>(), top_p.ptr<float>(), u.ptr<float>());
     sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
         ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, data, V, packed, temperature.ptr<float>(),
         top_k.ptr<int32_t>(), top_p.ptr<float>(), u.ptr<float>());

@@ -17,10 +17,11 @@
 // logprobs = log softmax(logits/T)[id] over the full vocabulary (T = 1 when greedy).
 // A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
 //
-// Two kernels: the first reads the logits once with many CTAs per row (max, argmax and the
-// sum of weights of each tile of 8192 tokens, into the workspace); the second, one CTA
-// per row, combines the tiles, which settles greedy rows, and reads only the tile and chunk
-// a full-vocabulary draw lands in; truncated rows make their passes there.
+// Two kernels. The first reads the logits once with many CTAs per row (max, argmax and the
+// sum of weights of each tile of 8192 tokens, into the workspace); the last of a row's CTAs
+// to finish combines its tiles, which settles a greedy row, and a full-vocabulary draw reads
+// only the tile and chunk it lands in. The second, one CTA per row, makes a truncated row's
+// passes; its CTAs for other rows return at once.
 // No allocation, no synchronisation, launch configuration from (B, V) alone: the call can
 // be captured in a CUDA graph and replayed with new parameters in the same buffers.
 #pragma once
@@ -35,9 +36,11 @@ size_t sample_tokens_workspace_bytes(int64_t rows);
 
 // ids I32 [B] and logprobs F32 [B] out; logits [B, V] BF16 or F32; per row: temperature
 // F32 (0 = greedy), top_k I32 (0 = off), top_p F32 (1 = off), u F32 in [0, 1); workspace
-// U8 [>= sample_tokens_workspace_bytes(B)], 8-byte aligned, overwritten.
+// U8 [>= sample_tokens_workspace_bytes(B)], 8-byte aligned, overwritten; tiles_done I32
+// [>= B], the count of each row's finished tiles: zero before the first call, and every
+// call leaves it zero.
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
                    const Tensor& top_k, const Tensor& top_p, const Tensor& u, const Tensor& workspace,
-                   cudaStream_t stream);
+                   const Tensor& tiles_done, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -9,7 +9,8 @@
 //   token is the inverse CDF of u over the kept set in INDEX order (the GPU's order) for
 //   all but 0.01% of rows; and a chi-square test of 200,000 draws in one launch against the
 //   exact truncated distribution (p = 1e-4; seeds fixed, so the test is deterministic);
-// - a CUDA graph of launch() replayed with new draws;
+// - a CUDA graph of launch() replayed with new draws, rows of several tiles;
+// - rows holding a NaN, a +inf or only -inf: id -1, with each kind of draw;
 // - the token feed of a step queued ahead (kernels/token_feed.cu through CudaRowSampler)
 //   against CpuRowSampler's, from the same greedy rows: the same ids.
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "rollout/cpu_row_sampler.h"
@@ -258,9 +260,11 @@ TEST(GpuSampling, TruncatedDrawsFollowTheTruncatedDistribution) {
   }
 }
 
+// Rows of three tiles, the last one partial, so each row's tiles are counted and combined
+// by the last of its CTAs, and the counts must be back at zero for every replay.
 TEST(GpuSampling, GraphReplayWithNewDraws) {
   if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
-  constexpr int64_t kRows = 48, V = 1000;
+  constexpr int64_t kRows = 48, V = 20000;
   std::mt19937_64 rng(9);
   const std::vector<float> logits = random_logits(kRows, V, DType::BF16, rng);
   DeviceLogits device(logits, kRows, V, DType::BF16);
@@ -305,6 +309,39 @@ TEST(GpuSampling, GraphReplayWithNewDraws) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// A NaN, a +inf or a row of -inf anywhere in a row of several tiles, with each kind of
+// draw: that row gets id -1 and a NaN log-prob (the CPU twin throws), and the rows beside
+// it are sampled as ever.
+TEST(GpuSampling, RowsWithNanOrInfinityGetNoToken) {
+  if (!tandem::testing::cuda_device_available()) GTEST_SKIP() << "no GPU";
+  constexpr int64_t kRows = 12, V = 20000;
+  std::mt19937_64 rng(11);
+  std::vector<float> logits = random_logits(kRows, V, DType::F32, rng);
+  const SamplingParams kinds[] = {params_of(0.f, 0, 1.f), params_of(1.f, 0, 1.f), params_of(0.9f, 50, 0.9f)};
+  std::vector<SamplingParams> params(kRows);
+  std::vector<double> u(kRows);
+  for (int64_t b = 0; b < kRows; ++b) params[b] = kinds[b % 3], u[b] = float_draw(rng);
+  // Rows 0-2 hold a NaN in their second tile, 3-5 a +inf in their last, 6-8 only -inf.
+  for (int64_t b = 0; b < 3; ++b) logits[b * V + 9000] = NAN;
+  for (int64_t b = 3; b < 6; ++b) logits[b * V + V - 1] = INFINITY;
+  for (int64_t b = 6; b < 9; ++b) std::fill_n(logits.begin() + b * V, V, -INFINITY);
+  const std::vector<SampledToken> gpu = gpu_sample(logits, kRows, V, DType::F32, params, u);
+  Sampler cpu;
+  for (int64_t b = 0; b < kRows; ++b) {
+    const std::span<const float> row(logits.data() + b * V, V);
+    if (b < 9) {
+      EXPECT_EQ(gpu[b].id, -1) << "row " << b;
+      EXPECT_TRUE(std::isnan(gpu[b].logprob)) << "row " << b;
+      EXPECT_THROW(cpu.sample(row, params[b], u[b]), std::runtime_error) << "row " << b << " on the CPU";
+      continue;
+    }
+    const bool truncated = params[b].top_k > 0;
+    const int32_t expected =
+        truncated ? index_order_pick(kept_weights(row, params[b]), u[b]) : cpu.sample(row, params[b], u[b]).id;
+    EXPECT_EQ(gpu[b].id, expected) << "row " << b;
+  }
 }
 
 TEST(GpuSampling, TokenFeedTakesTheLastLaunchsTokensAsTheCpuDoes) {

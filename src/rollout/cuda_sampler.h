@@ -55,11 +55,12 @@ class CudaSampler {
   }
   Tensor device(Field field, DType dtype, int64_t rows) const;
   void release();  // frees what the constructor got
+  size_t workspace_bytes() const;  // of cuda::sample_tokens' tile statistics; its tile counts follow
 
   int64_t max_rows_;
   void* host_ = nullptr;    // pinned, kSlots * kFields * max_rows 4-byte entries
   void* device_ = nullptr;  // kFields * max_rows entries
-  void* workspace_ = nullptr;  // cuda::sample_tokens' tile sums for max_rows rows
+  void* workspace_ = nullptr;  // cuda::sample_tokens' tile statistics and tile counts for max_rows rows
   cudaEvent_t copied_[kSlots] = {};  // recorded after each slot's results copy
   int64_t staged_ = 0, sent_ = 0, read_ = 0;  // steps staged, sent and read so far
 };

@@ -22,8 +22,10 @@ CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
   try {
     check_cuda(cudaMallocHost(&host_, kSlots * bytes), "cudaMallocHost of the staging buffers");
     check_cuda(cudaMalloc(&device_, bytes), "cudaMalloc of the per-row buffers");
-    check_cuda(cudaMalloc(&workspace_, cuda::sample_tokens_workspace_bytes(max_rows)),
+    check_cuda(cudaMalloc(&workspace_, workspace_bytes() + max_rows * sizeof(int32_t)),
                "cudaMalloc of the sampling workspace");
+    check_cuda(cudaMemset(static_cast<char*>(workspace_) + workspace_bytes(), 0, max_rows * sizeof(int32_t)),
+               "cudaMemset of the sampler's tile counts");
     for (cudaEvent_t& event : copied_) check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
   } catch (...) {
     release();
@@ -32,6 +34,8 @@ CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
 }
 
 CudaSampler::~CudaSampler() { release(); }
+
+size_t CudaSampler::workspace_bytes() const { return cuda::sample_tokens_workspace_bytes(max_rows_); }
 
 void CudaSampler::release() {
   for (cudaEvent_t event : copied_)
@@ -74,8 +78,9 @@ void CudaSampler::launch(const Tensor& logits, cudaStream_t stream) {
   cuda::sample_tokens(device(kIds, DType::I32, rows), device(kLogprobs, DType::F32, rows), logits,
                       device(kTemperature, DType::F32, rows), device(kTopK, DType::I32, rows),
                       device(kTopP, DType::F32, rows), device(kUniform, DType::F32, rows),
-                      Tensor::view(workspace_, DType::U8, Device::CUDA,
-                                   {static_cast<int64_t>(cuda::sample_tokens_workspace_bytes(max_rows_))}),
+                      Tensor::view(workspace_, DType::U8, Device::CUDA, {static_cast<int64_t>(workspace_bytes())}),
+                      Tensor::view(static_cast<char*>(workspace_) + workspace_bytes(), DType::I32, Device::CUDA,
+                                   {max_rows_}),
                       stream);
 }
 

@@ -15,7 +15,7 @@ namespace tandem::cuda {
 
 namespace {
 
-constexpr int kThreads = 512;  // sample_kernel's CTA
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kAll = 0xffffffffu;
 // The pick pass sums the row in chunks of 256 tokens (8 per lane of a warp), in index
@@ -82,24 +82,21 @@ struct Cut {
   }
 };
 
-// Same value in every thread of a block of Threads; fixed order, so the result is the same
-// run after run.
-template <int Threads, class V, class Op>
+// Same value in every thread; fixed order, so the result is the same run after run.
+template <class V, class Op>
 __device__ V block_reduce(V v, Op op) {
-  constexpr int warps = Threads / 32;
-  __shared__ V partial[warps];
+  __shared__ V partial[kWarps];
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kAll, v, offset));
   if (lane_id() == 0) partial[warp_id()] = v;
   __syncthreads();
   V total = partial[0];
-  for (int w = 1; w < warps; ++w) total = op(total, partial[w]);
+  for (int w = 1; w < kWarps; ++w) total = op(total, partial[w]);
   __syncthreads();
   return total;
 }
 
-template <int Threads>
 __device__ double block_sum(double v) {
-  return block_reduce<Threads>(v, [](double a, double b) { return a + b; });
+  return block_reduce(v, [](double a, double b) { return a + b; });
 }
 
 __device__ double warp_inclusive_scan(double v) {
@@ -161,8 +158,8 @@ __device__ Threshold search(const Row<T>& row, uint32_t lo, Need need) {
       }
       if (lane_id() == 0) partial[warp_id()][j] = count[j], partial[warp_id()][kBuckets + j] = mass[j];
     }
-    low_key = block_reduce<kThreads>(low_key, [](uint32_t a, uint32_t b) { return min(a, b); });  // syncs the partials too
-    high_key = block_reduce<kThreads>(high_key, [](uint32_t a, uint32_t b) { return max(a, b); });
+    low_key = block_reduce(low_key, [](uint32_t a, uint32_t b) { return min(a, b); });  // syncs the partials too
+    high_key = block_reduce(high_key, [](uint32_t a, uint32_t b) { return max(a, b); });
     double C[kBuckets + 1], M[kBuckets + 1];
     C[kBuckets] = M[kBuckets] = 0;
     for (int j = 0; j < kBuckets; ++j) {
@@ -242,12 +239,12 @@ __device__ Cut truncation(const Row<T>& row, int32_t top_k, float top_p, double 
 }
 
 // The FP64 sums of the kept weights of chunks [first, first + chunks), into chunk_mass;
-// returns their total. A block of Threads.
-template <int Threads, class T>
+// returns their total.
+template <class T>
 __device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int64_t first, int64_t chunks) {
   const float z_floor = row.z_floor(__uint_as_float(cut.key));
   double total = 0;
-  for (int64_t c = warp_id(); c < chunks; c += Threads / 32) {
+  for (int64_t c = warp_id(); c < chunks; c += kWarps) {
     const int64_t start = (first + c) * kChunk + lane_id() * kPerLane;
     float z[kPerLane];
     row.load_z(start, z);
@@ -263,7 +260,7 @@ __device__ double sum_chunks(const Row<T>& row, Cut cut, double* chunk_mass, int
     total += kept;  // the same in every lane of the warp
   }
   if (lane_id() != 0) total = 0;
-  return block_sum<Threads>(total);  // its barrier publishes chunk_mass
+  return block_sum(total);  // its barrier publishes chunk_mass
 }
 
 struct Located {
@@ -273,13 +270,12 @@ struct Located {
 };
 
 // Walks mass[0, n) in order from `start`: the first entry with mass whose running sum
-// passes `target`, or failing that the last entry with mass. A block of Threads.
-template <int Threads>
+// passes `target`, or failing that the last entry with mass.
 __device__ Located locate(const double* mass, int64_t n, double start, double target) {
-  __shared__ double warp_mass[Threads / 32];
+  __shared__ double warp_mass[kWarps];
   __shared__ double hit_start;
   // Each thread owns a run of consecutive entries; a block scan gives where each run starts.
-  const int64_t per_thread = (n + Threads - 1) / Threads;
+  const int64_t per_thread = (n + kThreads - 1) / kThreads;
   const int64_t first = min(threadIdx.x * per_thread, n), end = min(first + per_thread, n);
   double own = 0;
   for (int64_t c = first; c < end; ++c) own += mass[c];
@@ -296,8 +292,8 @@ __device__ Located locate(const double* mass, int64_t n, double start, double ta
     if (hit == n && running + mass[c] > target) hit = c, at = running;
     running += mass[c];
   }
-  const int64_t hit_index = block_reduce<Threads>(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
-  const int64_t last_index = block_reduce<Threads>(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
+  const int64_t hit_index = block_reduce(hit, [](int64_t a, int64_t b) { return a < b ? a : b; });
+  const int64_t last_index = block_reduce(last, [](int64_t a, int64_t b) { return a > b ? a : b; });
   if (hit == hit_index && hit < n) hit_start = at;
   __syncthreads();
   const Located located = hit_index < n ? Located{hit_index, hit_start, true} : Located{last_index, 0, false};
@@ -305,63 +301,106 @@ __device__ Located locate(const double* mass, int64_t n, double start, double ta
   return located;
 }
 
-// Inside one chunk: the first kept token whose running sum (from chunk.start) passes
-// `target`, or, when the chunk was not reached, its last kept token with weight.
+// Inside one chunk, by one warp: the first kept token whose running sum (from chunk.start)
+// passes `target`, or, when the chunk was not reached, its last kept token with weight. The
+// same in every lane.
 template <class T>
 __device__ int64_t pick_in_chunk(const Row<T>& row, Cut cut, Located chunk, double target) {
-  __shared__ int64_t chosen;
-  if (warp_id() == 0) {
-    const int64_t start = chunk.index * kChunk + lane_id() * kPerLane;
-    float w[kPerLane];
-    row.load_z(start, w);
-    double lane_mass = 0;
-    for (int e = 0; e < kPerLane; ++e) {
-      w[e] = expf(w[e] - row.max);
-      if (!cut.keeps(start + e, w[e])) w[e] = 0.f;
-      lane_mass += w[e];
-    }
-    const double lane_end = warp_inclusive_scan(lane_mass);
-    double sum = chunk.start + lane_end - lane_mass;
-    int64_t lane_hit = -1, lane_last = -1;
-    for (int e = 0; e < kPerLane; ++e) {
-      if (w[e] <= 0) continue;
-      lane_last = start + e;
-      sum += w[e];
-      if (chunk.reached && lane_hit < 0 && sum > target) lane_hit = start + e;
-    }
-    const unsigned hits = __ballot_sync(kAll, lane_hit >= 0);
-    int64_t id = __shfl_sync(kAll, lane_hit, hits ? __ffs(hits) - 1 : 0);
-    for (int offset = 16; offset > 0; offset >>= 1) lane_last = max(lane_last, __shfl_xor_sync(kAll, lane_last, offset));
-    if (lane_id() == 0) chosen = hits ? id : lane_last;
+  const int64_t start = chunk.index * kChunk + lane_id() * kPerLane;
+  float w[kPerLane];
+  row.load_z(start, w);
+  double lane_mass = 0;
+  for (int e = 0; e < kPerLane; ++e) {
+    w[e] = expf(w[e] - row.max);
+    if (!cut.keeps(start + e, w[e])) w[e] = 0.f;
+    lane_mass += w[e];
   }
-  __syncthreads();
-  return chosen;
+  const double lane_end = warp_inclusive_scan(lane_mass);
+  double sum = chunk.start + lane_end - lane_mass;
+  int64_t lane_hit = -1, lane_last = -1;
+  for (int e = 0; e < kPerLane; ++e) {
+    if (w[e] <= 0) continue;
+    lane_last = start + e;
+    sum += w[e];
+    if (chunk.reached && lane_hit < 0 && sum > target) lane_hit = start + e;
+  }
+  const unsigned hits = __ballot_sync(kAll, lane_hit >= 0);
+  if (hits) return __shfl_sync(kAll, lane_hit, __ffs(hits) - 1);
+  for (int offset = 16; offset > 0; offset >>= 1) lane_last = max(lane_last, __shfl_xor_sync(kAll, lane_last, offset));
+  return lane_last;
+}
+
+// locate for one warp over entries in registers, P consecutive ones a lane (lane l holds
+// entries l P + [0, P)). The same in every lane.
+template <int P>
+__device__ Located warp_locate(const double (&mass)[P], double start, double target) {
+  double own = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) own += mass[j];
+  double running = start + warp_inclusive_scan(own) - own;
+  int hit = -1, last = -1;
+  double at = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    if (mass[j] <= 0) continue;
+    last = lane_id() * P + j;
+    if (hit < 0 && running + mass[j] > target) hit = last, at = running;
+    running += mass[j];
+  }
+  if (const unsigned hits = __ballot_sync(kAll, hit >= 0)) {
+    const int from = __ffs(hits) - 1;
+    return {__shfl_sync(kAll, hit, from), __shfl_sync(kAll, at, from), true};
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) last = max(last, __shfl_xor_sync(kAll, last, offset));
+  return {last, 0, false};
 }
 
 // What each tile of kTile tokens of a row gives the row's combination: max and first argmax
 // of z, and the FP64 sum of expf(z - tile max), rescaled to the row's max when combined
-// (the same weights up to the last bit of each term). A tile's CTA reads kTilePacks packs a
-// thread, all in flight before the first is used, and reduces with two barriers: one read
-// of the row at the copy rate needs that many bytes in flight, and little else per CTA.
+// (the same weights up to the last bit of each term); the same sum and max for each of its
+// chunks, so that a draw reads only the chunk it lands in. A tile's CTA reads kTilePacks
+// packs a thread, all in flight before the first is used, and reduces with two barriers:
+// one read of the row at the copy rate needs that many bytes in flight, and little else
+// per CTA.
 constexpr int kTileThreads = 256;
 constexpr int kTileWarps = kTileThreads / 32;
 constexpr int kTilePacks = 4;
-constexpr int kTile = kTileThreads * kTilePacks * kPerLane;  // 8192 tokens, 32 chunks
+constexpr int kTile = kTileThreads * kTilePacks * kPerLane;  // 8192 tokens
 constexpr int kTileChunks = kTile / kChunk;
 constexpr int64_t kMaxTiles = kMaxVocab / kTile;
-static_assert(kMaxTiles <= kTileThreads, "one thread per tile combines a row");
-static_assert(kTile % kChunk == 0, "a tile is whole chunks");
+constexpr int kTilesPerLane = static_cast<int>(kMaxTiles / 32);  // one warp combines a row
+static_assert(kTile % kChunk == 0 && kTileChunks == 32, "a tile is a chunk a lane");
+static_assert(kTilePacks == 4 && kTileWarps * kTilePacks == kTileChunks, "a warp's pack p is one chunk");
 struct TileStats {
   double mass;
   float max;
   int32_t first;  // V when the tile holds nothing above -inf
   int32_t bad;    // a NaN or +inf
 };
+struct ChunkStats {
+  double mass;  // at the tile's max
+  float max;    // a chunk whose weights all underflow at the row's max gets no mass
+};
+
+__host__ __device__ constexpr int64_t tiles_of(int64_t V) { return V > kTile ? (V + kTile - 1) / kTile : 1; }
 
 // Truncated draws are left to sample_kernel: their passes over the row want a larger CTA
 // and more registers than the tiles' reads can spare.
 __device__ bool truncated_draw(float temperature, int32_t top_k, float top_p, int64_t V) {
   return temperature != 0 && ((top_k > 0 && top_k < V) || top_p < 1);
+}
+
+// Warp sums (or maxima) of 4 values a lane, scattered: lane l ends with the one of value
+// l / 8, in 6 shuffles where 4 reductions take 20.
+template <class V, class Op>
+__device__ V warp_reduce_scatter4(const V (&v)[4], Op op) {
+  const bool high16 = lane_id() & 16, high8 = lane_id() & 8;
+  const V keep0 = high16 ? v[2] : v[0], keep1 = high16 ? v[3] : v[1];
+  const V half0 = op(keep0, __shfl_xor_sync(kAll, high16 ? v[0] : v[2], 16));
+  const V half1 = op(keep1, __shfl_xor_sync(kAll, high16 ? v[1] : v[3], 16));
+  V x = op(high8 ? half1 : half0, __shfl_xor_sync(kAll, high8 ? half0 : half1, 8));
+  for (int offset = 4; offset > 0; offset >>= 1) x = op(x, __shfl_xor_sync(kAll, x, offset));
+  return x;
 }
 
 struct RowTotals {
@@ -371,26 +410,41 @@ struct RowTotals {
   double mass;    // of all weights, at the row's max
 };
 
-// Thread t < tiles combines tile t's statistics, written by other CTAs (read from L2);
-// tile_mass[t] gets its mass at the row's max. A block of Threads.
-template <int Threads>
-__device__ RowTotals combine_tiles(const TileStats* row_stats, int64_t tiles, int64_t V, double* tile_mass) {
-  TileStats own{0, -INFINITY, 0, 0};
-  if (threadIdx.x < tiles) {
-    const TileStats* s = row_stats + threadIdx.x;
-    own = {__ldcg(&s->mass), __ldcg(&s->max), __ldcg(&s->first), __ldcg(&s->bad)};
+// One warp combines the row's tiles, written by other CTAs (read from L2): lane l takes
+// tiles l kTilesPerLane + [0, kTilesPerLane), whose masses at the row's max it leaves in
+// `scaled`. The same totals in every lane.
+__device__ RowTotals warp_combine_tiles(const TileStats* row_stats, int64_t tiles, int64_t V,
+                                        double (&scaled)[kTilesPerLane]) {
+  TileStats own[kTilesPerLane];
+  float max = -INFINITY;
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < kTilesPerLane; ++j) {
+    const int64_t t = lane_id() * kTilesPerLane + j;
+    own[j] = {0, -INFINITY, static_cast<int32_t>(V), 0};
+    if (t < tiles) own[j] = {__ldcg(&row_stats[t].mass), __ldcg(&row_stats[t].max), __ldcg(&row_stats[t].first),
+                             __ldcg(&row_stats[t].bad)};
+    max = fmaxf(max, own[j].max);
+    bad |= own[j].bad != 0;
   }
-  const bool bad = __syncthreads_or(own.bad);
-  const float max = block_reduce<Threads>(own.max, [](float a, float b) { return fmaxf(a, b); });
-  const int64_t first = block_reduce<Threads>(threadIdx.x < tiles && own.max == max ? own.first : V,
-                                              [](int64_t a, int64_t b) { return a < b ? a : b; });
-  // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
-  // mass, or a draw could land in it and find no token there.
-  const double scaled =
-      expf(own.max - max) > 0 ? own.mass * exp(static_cast<double>(own.max) - static_cast<double>(max)) : 0.0;
-  if (threadIdx.x < tiles) tile_mass[threadIdx.x] = scaled;
-  const double mass = block_sum<Threads>(scaled);  // its barrier publishes tile_mass
-  return {max, first, bad || first == V, mass};
+  for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
+  int64_t first = V;
+  double mass = 0;
+#pragma unroll
+  for (int j = 0; j < kTilesPerLane; ++j) {
+    if (own[j].max == max) first = min(first, static_cast<int64_t>(own[j].first));
+    // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
+    // mass, or a draw could land in it and find no token there.
+    scaled[j] = expf(own[j].max - max) > 0
+                    ? own[j].mass * exp(static_cast<double>(own[j].max) - static_cast<double>(max))
+                    : 0.0;
+    mass += scaled[j];
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    first = min(first, __shfl_xor_sync(kAll, first, offset));
+    mass += __shfl_xor_sync(kAll, mass, offset);
+  }
+  return {max, first, __any_sync(kAll, bad) || first == V, mass};
 }
 
 // A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
@@ -405,37 +459,40 @@ __device__ void write_token(int32_t* ids, float* logprobs, int64_t r, const Row<
   logprobs[r] = static_cast<float>(static_cast<double>(row.z(id) - row.max) - log(mass));
 }
 
-// A full-vocabulary draw: its tile from the rescaled tile sums, its chunk from that tile's
-// exact sums, then its token. A block of Threads.
-template <int Threads, class T>
-__device__ int64_t draw_from_all(const Row<T>& row, const double* tile_mass, int64_t tiles, double mass, float u,
-                                 double* chunk_mass) {
-  const Cut all_kept{0, row.V};
+// A full-vocabulary draw, by one warp: its tile from the rescaled tile sums, its chunk from
+// that tile's chunk sums, then its token.
+template <class T>
+__device__ int64_t draw_from_all(const Row<T>& row, const TileStats* row_stats, const ChunkStats* row_chunks,
+                                 const double (&tile_mass)[kTilesPerLane], double mass, float u) {
   double target = static_cast<double>(u) * mass;
-  const Located tile = locate<Threads>(tile_mass, tiles, 0.0, target);
-  const int64_t first_chunk = tile.index * kTileChunks;
-  const int64_t chunks = min(static_cast<int64_t>(kTileChunks), (row.V + kChunk - 1) / kChunk - first_chunk);
-  sum_chunks<Threads>(row, all_kept, chunk_mass, first_chunk, chunks);
+  const Located tile = warp_locate(tile_mass, 0.0, target);
+  const ChunkStats own = {__ldcg(&row_chunks[tile.index * kTileChunks + lane_id()].mass),
+                          __ldcg(&row_chunks[tile.index * kTileChunks + lane_id()].max)};
+  const float tile_max = __ldcg(&row_stats[tile.index].max);
+  const double chunk_mass[1] = {
+      expf(own.max - row.max) > 0 ? own.mass * exp(static_cast<double>(tile_max) - static_cast<double>(row.max))
+                                  : 0.0};
   if (!tile.reached) target = INFINITY;
-  Located chunk = locate<Threads>(chunk_mass, chunks, tile.start, target);
-  chunk.index += first_chunk;
-  return pick_in_chunk(row, all_kept, chunk, target);
+  Located chunk = warp_locate(chunk_mass, tile.start, target);
+  chunk.index += tile.index * kTileChunks;
+  return pick_in_chunk(row, Cut{0, row.V}, chunk, target);
 }
 
 // Grid (B, tiles): pack p of thread t holds tokens kPerLane (p kTileThreads + t) + [0,
-// kPerLane) of the tile, so a warp's packs are 512 contiguous bytes of BF16. The last CTA
-// of a row to finish (counted in tiles_done[r], which it sets back to 0) combines the
-// row's tiles and settles it, unless its draw is truncated: then sample_kernel does.
+// kPerLane) of the tile, so a warp's pack p is one chunk, 512 contiguous bytes of BF16. The
+// last CTA of a row to finish (counted in tiles_done[r], which it sets back to 0) combines
+// the row's tiles with one warp and settles the row, unless its draw is truncated: then
+// sample_kernel does.
 template <class T>
 __global__ void __launch_bounds__(kTileThreads)
-    tile_kernel(int32_t* ids, float* logprobs, TileStats* stats, int32_t* tiles_done, const T* logits, int64_t V,
-                bool packed, const float* temperatures, const int32_t* top_ks, const float* top_ps,
-                const float* uniforms) {
+    tile_kernel(int32_t* ids, float* logprobs, TileStats* stats, ChunkStats* chunk_stats, int32_t* tiles_done,
+                const T* logits, int64_t V, bool packed, const float* temperatures, const int32_t* top_ks,
+                const float* top_ps, const float* uniforms) {
   __shared__ float warp_max[kTileWarps];
   __shared__ int32_t warp_first[kTileWarps];
   __shared__ bool warp_bad[kTileWarps];
   __shared__ double warp_mass[kTileWarps];
-  __shared__ bool last;
+  __shared__ ChunkStats tile_chunks[kTileChunks];
   const int64_t r = blockIdx.x;  // rows on x: y and z stop at 65535
   const float temperature = temperatures[r];
   Row<T> row{logits + r * V, V, temperature == 0 ? 1.f : temperature, 0.f, packed};
@@ -455,15 +512,18 @@ __global__ void __launch_bounds__(kTileThreads)
   // Per token only a max and a flag: the tile's first argmax is looked for after its max is
   // known, by the threads that hold it. FP32 sums of a pack's 8 weights, FP64 beyond: a
   // conversion to FP64 per token would cost more than the read.
-  float m = -INFINITY;
+  float pack_max[kTilePacks];
   bool bad = false;
 #pragma unroll
-  for (int p = 0; p < kTilePacks; ++p)
+  for (int p = 0; p < kTilePacks; ++p) {
+    pack_max[p] = -INFINITY;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       bad |= !(z[p][e] <= FLT_MAX);  // NaN or +inf
-      m = fmaxf(m, z[p][e]);
+      pack_max[p] = fmaxf(pack_max[p], z[p][e]);
     }
+  }
+  const float m = fmaxf(fmaxf(pack_max[0], pack_max[1]), fmaxf(pack_max[2], pack_max[3]));
   float max = m;
   for (int offset = 16; offset > 0; offset >>= 1) max = fmaxf(max, __shfl_xor_sync(kAll, max, offset));
   bad = __any_sync(kAll, bad);
@@ -471,15 +531,15 @@ __global__ void __launch_bounds__(kTileThreads)
   __syncthreads();
   max = warp_max[0];
   for (int w = 1; w < kTileWarps; ++w) max = fmaxf(max, warp_max[w]);
-  double mass = 0;
+  double pack_mass[kTilePacks] = {};
   int32_t first = static_cast<int32_t>(V);
   if (max > -INFINITY) {
 #pragma unroll
     for (int p = 0; p < kTilePacks; ++p) {
-      float pack_mass = 0;
+      float sum = 0;
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) pack_mass += expf(z[p][e] - max);
-      mass += pack_mass;
+      for (int e = 0; e < kPerLane; ++e) sum += expf(z[p][e] - max);
+      pack_mass[p] = sum;
     }
     if (m == max)  // this thread's tokens in index order: the first of equal maxima
 #pragma unroll
@@ -488,38 +548,49 @@ __global__ void __launch_bounds__(kTileThreads)
         for (int e = kPerLane - 1; e >= 0; --e)
           if (z[p][e] == max) first = static_cast<int32_t>(start_of(p) + e);
   }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    mass += __shfl_xor_sync(kAll, mass, offset);
-    first = min(first, __shfl_xor_sync(kAll, first, offset));
-  }
+  // Lanes 0, 8, 16 and 24 of warp w end with chunks w, 8 + w, 16 + w and 24 + w.
+  const double chunk_mass = warp_reduce_scatter4(pack_mass, [](double a, double b) { return a + b; });
+  const float chunk_max = warp_reduce_scatter4(pack_max, [](float a, float b) { return fmaxf(a, b); });
+  if (lane_id() % 8 == 0) tile_chunks[lane_id() / 8 * kTileWarps + warp_id()] = {chunk_mass, chunk_max};
+  double mass = chunk_mass + __shfl_xor_sync(kAll, chunk_mass, 8);
+  mass += __shfl_xor_sync(kAll, mass, 16);
+  for (int offset = 16; offset > 0; offset >>= 1) first = min(first, __shfl_xor_sync(kAll, first, offset));
   if (lane_id() == 0) warp_mass[warp_id()] = mass, warp_first[warp_id()] = first;
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (warp_id() != 0) return;
+  // Warp 0 writes the tile's statistics and announces them: one fence, by the only warp
+  // that wrote.
+  const int64_t row_tile = r * gridDim.y + blockIdx.y;
+  chunk_stats[row_tile * kTileChunks + lane_id()] = tile_chunks[lane_id()];
+  if (lane_id() == 0) {
     TileStats out{0, max, static_cast<int32_t>(V), 0};
     for (int w = 0; w < kTileWarps; ++w) {
       out.mass += warp_mass[w];
       out.first = min(out.first, warp_first[w]);
       out.bad |= warp_bad[w];
     }
-    stats[r * kMaxTiles + blockIdx.y] = out;
-    __threadfence();  // the statistics reach L2 before the count that announces them
+    stats[row_tile] = out;
+  }
+  __threadfence();  // the statistics reach L2 before the count that announces them
+  bool last = false;
+  if (lane_id() == 0) {
     last = atomicAdd(tiles_done + r, 1) == static_cast<int32_t>(gridDim.y) - 1;
     if (last) {
       tiles_done[r] = 0;  // for the next call: every tile of this one has counted
       __threadfence();    // and the other tiles' statistics are read after their counts
     }
   }
-  __syncthreads();
+  last = __shfl_sync(kAll, last, 0);
   if (!last || truncated_draw(temperature, top_ks[r], top_ps[r], V)) return;
-  __shared__ double tile_mass[kMaxTiles];
-  __shared__ double chunk_mass[kTileChunks];
-  const RowTotals totals = combine_tiles<kTileThreads>(stats + r * kMaxTiles, gridDim.y, V, tile_mass);
+  double tile_mass[kTilesPerLane];
+  const TileStats* row_stats = stats + r * gridDim.y;
+  const RowTotals totals = warp_combine_tiles(row_stats, gridDim.y, V, tile_mass);
   if (settled_as_bad(ids, logprobs, r, totals)) return;
   row.max = totals.max;
   const int64_t id = temperature == 0 ? totals.first
-                                      : draw_from_all<kTileThreads>(row, tile_mass, gridDim.y, totals.mass,
-                                                                    uniforms[r], chunk_mass);
-  if (threadIdx.x == 0) write_token(ids, logprobs, r, row, id, totals.mass);
+                                      : draw_from_all(row, row_stats, chunk_stats + r * gridDim.y * kTileChunks,
+                                                      tile_mass, totals.mass, uniforms[r]);
+  if (lane_id() == 0) write_token(ids, logprobs, r, row, id, totals.mass);
 }
 
 // One CTA per row, after tile_kernel; only rows with a truncated draw have work. It finds
@@ -530,25 +601,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t* ids, float* logprobs, const TileStats* stats, const T* logits, int64_t V, bool packed,
                   const float* temperatures, const int32_t* top_ks, const float* top_ps, const float* uniforms) {
   extern __shared__ double chunk_mass[];
-  __shared__ double tile_mass[kMaxTiles];
+  __shared__ RowTotals shared_totals;
   const int64_t r = blockIdx.x;
   const float temperature = temperatures[r];
   if (!truncated_draw(temperature, top_ks[r], top_ps[r], V)) return;
-  Row<T> row{logits + r * V, V, temperature, 0.f, packed};
-  const int64_t tiles = (V + kTile - 1) / kTile;
-  const RowTotals totals = combine_tiles<kThreads>(stats + r * kMaxTiles, tiles, V, tile_mass);
+  if (warp_id() == 0) {
+    double unused[kTilesPerLane];
+    const RowTotals totals = warp_combine_tiles(stats + r * tiles_of(V), tiles_of(V), V, unused);
+    if (lane_id() == 0) shared_totals = totals;
+  }
+  __syncthreads();
+  const RowTotals totals = shared_totals;
   if (settled_as_bad(ids, logprobs, r, totals)) return;
-  row.max = totals.max;
+  const Row<T> row{logits + r * V, V, temperature, totals.max, packed};
   const Cut cut = truncation(row, top_ks[r], top_ps[r], totals.mass);
   const int64_t chunks = (V + kChunk - 1) / kChunk;
-  const double target = static_cast<double>(uniforms[r]) * sum_chunks<kThreads>(row, cut, chunk_mass, 0, chunks);
-  const Located chunk = locate<kThreads>(chunk_mass, chunks, 0.0, target);
+  const double target = static_cast<double>(uniforms[r]) * sum_chunks(row, cut, chunk_mass, 0, chunks);
+  const Located chunk = locate(chunk_mass, chunks, 0.0, target);
+  if (warp_id() != 0) return;
   const int64_t id = pick_in_chunk(row, cut, chunk, target);
-  if (threadIdx.x == 0) write_token(ids, logprobs, r, row, id, totals.mass);
+  if (lane_id() == 0) write_token(ids, logprobs, r, row, id, totals.mass);
 }
+
 }  // namespace
 
-size_t sample_tokens_workspace_bytes(int64_t rows) { return static_cast<size_t>(rows * kMaxTiles) * sizeof(TileStats); }
+size_t sample_tokens_workspace_bytes(int64_t rows, int64_t vocab) {
+  return static_cast<size_t>(rows * tiles_of(vocab)) * (sizeof(TileStats) + kTileChunks * sizeof(ChunkStats));
+}
 
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,
                    const Tensor& top_k, const Tensor& top_p, const Tensor& u, const Tensor& workspace,
@@ -564,25 +643,26 @@ void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logi
   check_op_arg(u, op, "u", Device::CUDA, {DType::F32}, {B});
   check_op_arg(workspace, op, "workspace", Device::CUDA, {DType::U8}, {kAnyExtent});
   check_op_arg(tiles_done, op, "tiles_done", Device::CUDA, {DType::I32}, {kAnyExtent});
-  if (tiles_done.shape[0] < B)
-    throw std::invalid_argument(std::string(op) + ": tiles_done " + tiles_done.describe() + " has fewer than " +
-                                std::to_string(B) + " rows");
   if (V > kMaxVocab)
     throw std::invalid_argument(std::string(op) + ": logits " + logits.describe() + " has a vocabulary over " +
                                 std::to_string(kMaxVocab) + " (the per-chunk sums must fit in shared memory)");
-  if (static_cast<size_t>(workspace.shape[0]) < sample_tokens_workspace_bytes(B) ||
-      reinterpret_cast<uintptr_t>(workspace.data) % alignof(TileStats) != 0)
+  const size_t bytes = sample_tokens_workspace_bytes(B, V);
+  if (static_cast<size_t>(workspace.shape[0]) < bytes || reinterpret_cast<uintptr_t>(workspace.data) % 8 != 0)
     throw std::invalid_argument(std::string(op) + ": workspace " + workspace.describe() + " is not " +
-                                std::to_string(sample_tokens_workspace_bytes(B)) + " aligned bytes for " +
+                                std::to_string(bytes) + " aligned bytes for " + std::to_string(B) + " rows of " +
+                                std::to_string(V) + " logits");
+  if (tiles_done.shape[0] < B)
+    throw std::invalid_argument(std::string(op) + ": tiles_done " + tiles_done.describe() + " has fewer than " +
                                 std::to_string(B) + " rows");
   if (B == 0) return;
   const size_t shared = static_cast<size_t>((V + kChunk - 1) / kChunk) * sizeof(double);
-  const unsigned tiles = static_cast<unsigned>(std::max<int64_t>(1, (V + kTile - 1) / kTile));  // V = 0: a bad row
+  const int64_t tiles = tiles_of(V);  // V = 0: one tile, a bad row
   auto* stats = reinterpret_cast<TileStats*>(workspace.data);
+  auto* chunk_stats = reinterpret_cast<ChunkStats*>(stats + B * tiles);
   auto launch = [&](auto* data) {
     const bool packed = reinterpret_cast<uintptr_t>(data) % 16 == 0 && V * sizeof(*data) % 16 == 0;
-    tile_kernel<<<dim3(static_cast<unsigned>(B), tiles), kTileThreads, 0, stream>>>(
-        ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, tiles_done.ptr<int32_t>(), data, V, packed,
+    tile_kernel<<<dim3(static_cast<unsigned>(B), static_cast<unsigned>(tiles)), kTileThreads, 0, stream>>>(
+        ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, chunk_stats, tiles_done.ptr<int32_t>(), data, V, packed,
         temperature.ptr<float>(), top_k.ptr<int32_t>(), top_p.ptr<float>(), u.ptr<float>());
     sample_kernel<<<static_cast<unsigned>(B), kThreads, shared, stream>>>(
         ids.ptr<int32_t>(), logprobs.ptr<float>(), stats, data, V, packed, temperature.ptr<float>(),

@@ -18,10 +18,10 @@
 // A row whose logits hold a NaN or +inf, or only -inf, gets id -1 and a NaN log-prob.
 //
 // Two kernels. The first reads the logits once with many CTAs per row (max, argmax and the
-// sum of weights of each tile of 8192 tokens, into the workspace); the last of a row's CTAs
-// to finish combines its tiles, which settles a greedy row, and a full-vocabulary draw reads
-// only the tile and chunk it lands in. The second, one CTA per row, makes a truncated row's
-// passes; its CTAs for other rows return at once.
+// sum of weights of each tile of 8192 tokens and of each chunk of 256, into the workspace);
+// the last of a row's CTAs to finish combines its tiles with one warp, which settles a
+// greedy row, and a full-vocabulary draw reads only the chunk it lands in. The second, one
+// CTA per row, makes a truncated row's passes; its CTAs for other rows return at once.
 // No allocation, no synchronisation, launch configuration from (B, V) alone: the call can
 // be captured in a CUDA graph and replayed with new parameters in the same buffers.
 #pragma once
@@ -31,12 +31,13 @@
 
 namespace tandem::cuda {
 
-// Bytes of device workspace sample_tokens needs for up to `rows` rows (any vocabulary).
-size_t sample_tokens_workspace_bytes(int64_t rows);
+// Bytes of device workspace sample_tokens needs for up to `rows` rows of up to `vocab`
+// logits.
+size_t sample_tokens_workspace_bytes(int64_t rows, int64_t vocab);
 
 // ids I32 [B] and logprobs F32 [B] out; logits [B, V] BF16 or F32; per row: temperature
 // F32 (0 = greedy), top_k I32 (0 = off), top_p F32 (1 = off), u F32 in [0, 1); workspace
-// U8 [>= sample_tokens_workspace_bytes(B)], 8-byte aligned, overwritten; tiles_done I32
+// U8 [>= sample_tokens_workspace_bytes(B, V)], 8-byte aligned, overwritten; tiles_done I32
 // [>= B], the count of each row's finished tiles: zero before the first call, and every
 // call leaves it zero.
 void sample_tokens(const Tensor& ids, const Tensor& logprobs, const Tensor& logits, const Tensor& temperature,

@@ -72,7 +72,7 @@ double float_draw(std::mt19937_64& rng) {
 std::vector<SampledToken> gpu_sample(const std::vector<float>& logits, int64_t rows, int64_t V, DType dtype,
                                      const std::vector<SamplingParams>& params, const std::vector<double>& u) {
   DeviceLogits device(logits, rows, V, dtype);
-  CudaSampler sampler(rows);
+  CudaSampler sampler(rows, V);
   sampler.stage(params, u, nullptr);
   sampler.launch(device.tensor, nullptr);
   sampler.send(nullptr);
@@ -274,7 +274,7 @@ TEST(GpuSampling, GraphReplayWithNewDraws) {
 
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  CudaSampler sampler(64);
+  CudaSampler sampler(64, V);
   std::vector<double> u(kRows, 0.5);
   sampler.stage(params, u, stream);
   cudaGraph_t graph = nullptr;
@@ -373,7 +373,7 @@ TEST(GpuSampling, TokenFeedTakesTheLastLaunchsTokensAsTheCpuDoes) {
   copy_host_to_tensor(device_ids, token_ids.data());
   copy_host_to_tensor(device_rows, from_rows.data());
   {
-    CudaRowSampler gpu(stream, 64);
+    CudaRowSampler gpu(stream, 64, V);
     gpu.stage(rows);
     gpu.launch(device_logits.tensor);
     gpu.feed(device_ids, device_rows);

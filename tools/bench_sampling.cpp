@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   cudaEvent_t start = nullptr, stop = nullptr;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
-  CudaSampler sampler(rows);
+  CudaSampler sampler(rows, kVocab);
   std::vector<double> u(rows);
   for (auto& x : u) x = static_cast<double>(rng() >> 11) * 0x1.0p-53;
 

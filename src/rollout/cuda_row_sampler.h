@@ -13,7 +13,8 @@ namespace tandem {
 
 class CudaRowSampler final : public RowSampler {
  public:
-  CudaRowSampler(cudaStream_t stream, int64_t max_rows) : stream_(stream), sampler_(max_rows) {}
+  CudaRowSampler(cudaStream_t stream, int64_t max_rows, int64_t vocab)
+      : stream_(stream), sampler_(max_rows, vocab) {}
 
   void stage(std::span<const SampleRow> rows) override;
   void feed(const Tensor& token_ids, const Tensor& from_rows) override;

@@ -24,14 +24,15 @@ namespace tandem {
 
 class CudaSampler {
  public:
-  explicit CudaSampler(int64_t max_rows);
+  // For up to max_rows rows of up to `vocab` logits.
+  CudaSampler(int64_t max_rows, int64_t vocab);
   ~CudaSampler();
   CudaSampler(const CudaSampler&) = delete;
   CudaSampler& operator=(const CudaSampler&) = delete;
 
   // Row b samples with params[b] and the draw u[b] (unused when greedy); one async copy.
   void stage(std::span<const SamplingParams> params, std::span<const double> u, cudaStream_t stream);
-  // Samples every row of logits [rows, V] (BF16 or F32, rows <= max_rows) with the
+  // Samples every row of logits [rows, V] (BF16 or F32, rows <= max_rows, V <= vocab) with the
   // parameters last staged.
   void launch(const Tensor& logits, cudaStream_t stream);
   // Queues the copy of the last launch's results to the host, behind it on `stream`.
@@ -58,6 +59,7 @@ class CudaSampler {
   size_t workspace_bytes() const;  // of cuda::sample_tokens' tile statistics; its tile counts follow
 
   int64_t max_rows_;
+  int64_t vocab_;
   void* host_ = nullptr;    // pinned, kSlots * kFields * max_rows 4-byte entries
   void* device_ = nullptr;  // kFields * max_rows entries
   void* workspace_ = nullptr;  // cuda::sample_tokens' tile statistics and tile counts for max_rows rows

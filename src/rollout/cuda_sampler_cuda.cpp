@@ -16,8 +16,10 @@ void check_cuda(cudaError_t status, const char* what) {
 
 }  // namespace
 
-CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
-  if (max_rows < 1) throw std::invalid_argument("CudaSampler: max_rows must be >= 1, got " + std::to_string(max_rows));
+CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab) : max_rows_(max_rows), vocab_(vocab) {
+  if (max_rows < 1 || vocab < 1)
+    throw std::invalid_argument("CudaSampler: max_rows and vocab must be >= 1, got " + std::to_string(max_rows) +
+                                " and " + std::to_string(vocab));
   const size_t bytes = kFields * static_cast<size_t>(max_rows) * 4;
   try {
     check_cuda(cudaMallocHost(&host_, kSlots * bytes), "cudaMallocHost of the staging buffers");
@@ -35,7 +37,7 @@ CudaSampler::CudaSampler(int64_t max_rows) : max_rows_(max_rows) {
 
 CudaSampler::~CudaSampler() { release(); }
 
-size_t CudaSampler::workspace_bytes() const { return cuda::sample_tokens_workspace_bytes(max_rows_); }
+size_t CudaSampler::workspace_bytes() const { return cuda::sample_tokens_workspace_bytes(max_rows_, vocab_); }
 
 void CudaSampler::release() {
   for (cudaEvent_t event : copied_)
@@ -71,9 +73,9 @@ void CudaSampler::stage(std::span<const SamplingParams> params, std::span<const 
 }
 
 void CudaSampler::launch(const Tensor& logits, cudaStream_t stream) {
-  if (logits.rank() != 2 || logits.shape[0] > max_rows_)
+  if (logits.rank() != 2 || logits.shape[0] > max_rows_ || logits.shape[1] > vocab_)
     throw std::invalid_argument("CudaSampler::launch: logits " + logits.describe() + " is not [rows <= " +
-                                std::to_string(max_rows_) + ", vocab]");
+                                std::to_string(max_rows_) + ", vocab <= " + std::to_string(vocab_) + "]");
   const int64_t rows = logits.shape[0];
   cuda::sample_tokens(device(kIds, DType::I32, rows), device(kLogprobs, DType::F32, rows), logits,
                       device(kTemperature, DType::F32, rows), device(kTopK, DType::I32, rows),

@@ -24,7 +24,7 @@ class CudaEngineBackend final : public EngineBackend {
   CudaEngineBackend(MemoryPool& pool, const ModelConfig& config, const StepCapacity& capacity, const std::string& name)
       : name_(name),
         attention_(ops_.stream(), pool, config, capacity.max_tokens, capacity.max_sequences, name + ".attention"),
-        sampler_(ops_.stream(), capacity.max_sequences) {}
+        sampler_(ops_.stream(), capacity.max_sequences, config.vocab) {}
 
   ~CudaEngineBackend() override {
     for (auto& [key, graph] : graphs_) cudaGraphExecDestroy(graph);

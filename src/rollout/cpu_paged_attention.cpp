@@ -96,6 +96,14 @@ void CpuPagedAttention::store(const CacheLayer& cache, const Tensor& k, const Te
   }
 }
 
+void CpuPagedAttention::attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache,
+                                   const ScaledRows& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                                   const Tensor& positions, const Tensor& inv_freq, const PagedBatch& batch, int heads,
+                                   int kv_heads, float eps) {
+  store_qkv(q_scratch, cache, qkv, q_norm, k_norm, positions, inv_freq, batch.slots, heads, kv_heads, eps);
+  attend(out, q_scratch, cache, batch, heads, kv_heads);
+}
+
 // The unfused pieces in their order: the column split, CpuOps::qk_norm_rope_forward, store.
 void CpuPagedAttention::store_qkv(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
                                   const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,

@@ -29,9 +29,6 @@ class CudaPagedAttention final : public PagedAttention {
   CudaPagedAttention& operator=(const CudaPagedAttention&) = delete;
 
   void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) override;
-  void store_qkv(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv, const Tensor& q_norm,
-                 const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq, const Tensor& slots, int heads,
-                 int kv_heads, float eps) override;
   void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch, int heads,
               int kv_heads) override;
   void attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,

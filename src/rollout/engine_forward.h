@@ -5,7 +5,7 @@
 //   store k, v into the cache rows of the new tokens;  h += o_proj(paged_attention(q))
 //   h += down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
 // Where the weights lie end to end (model/parameters.h: stacked_weights), q|k|v is ONE
-// GEMM whose rows PagedAttention::store_qkv reads (norm, rope and the cache store in one
+// GEMM whose rows PagedAttention::attend_qkv reads (norm, rope and the cache store in one
 // kernel on CUDA), and gate|up ONE GEMM that SwiGLU reads in halves: at decode batch
 // sizes a GEMM takes about the same time whatever its width, and a kernel's launch and
 // drain more than its work.

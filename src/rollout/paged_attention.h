@@ -40,24 +40,21 @@ class PagedAttention {
 
   // k, v: [T, kv_heads*head_dim] in the working dtype.
   virtual void store(const CacheLayer& cache, const Tensor& k, const Tensor& v, const Tensor& slots) = 0;
-  // The same store from a layer's fused q|k|v projection, with the rotation before it:
-  // qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads (times its
-  // row scale where qkv has scales: an FP8 projection's output); q_out [T, heads·head_dim]
-  // and the stored keys are those of Ops::qk_norm_rope_forward (q_norm and k_norm
-  // [head_dim], or both empty for rope alone), the stored values v as they are.
-  virtual void store_qkv(const Tensor& q_out, const CacheLayer& cache, const ScaledRows& qkv,
-                         const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions,
-                         const Tensor& inv_freq, const Tensor& slots, int heads, int kv_heads, float eps) = 0;
   // out, q: [T, heads*head_dim].
   virtual void attend(const Tensor& out, const Tensor& q, const CacheLayer& cache, const PagedBatch& batch,
                       int heads, int kv_heads) = 0;
-  // store_qkv (into batch.slots) then attend, q_scratch [T, heads·head_dim] holding the
-  // queries between them. A backend may do both in one pass and leave q_scratch as it was:
-  // CudaPagedAttention does on decode steps, where the kernel between them cost more in its
-  // start-up and drain than in its work.
+  // The store from a layer's fused q|k|v projection, with the rotation before it, then
+  // attend: qkv [T, (heads + 2·kv_heads)·head_dim] holds each token's q, k and v heads
+  // (times its row scale where qkv has scales: an FP8 projection's output); the queries and
+  // the stored keys are those of Ops::qk_norm_rope_forward (q_norm and k_norm [head_dim], or
+  // both empty for rope alone), the stored values v as they are. q_scratch [T,
+  // heads·head_dim] may hold the queries between the store and the attention; a backend
+  // may do both in one pass and leave it as it was: CudaPagedAttention does on decode
+  // steps, where the kernel between them cost more in its start-up and drain than in its
+  // work.
   virtual void attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLayer& cache, const ScaledRows& qkv,
                           const Tensor& q_norm, const Tensor& k_norm, const Tensor& positions, const Tensor& inv_freq,
-                          const PagedBatch& batch, int heads, int kv_heads, float eps);
+                          const PagedBatch& batch, int heads, int kv_heads, float eps) = 0;
 };
 
 }  // namespace tandem

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where one step's GPU time goes, from Nsight Compute's per-kernel durations.
 
-usage:  ncu_step_breakdown.py <ncu.csv> [--step-end REGEX] [--top N]
+usage:  ncu_step_breakdown.py <ncu.csv> [--step-end REGEX] [--top N] [--gemm-names]
 
 <ncu.csv> is what `ncu --csv --metrics gpu__time_duration.sum ...` printed, e.g.
 
@@ -11,7 +11,8 @@ usage:  ncu_step_breakdown.py <ncu.csv> [--step-end REGEX] [--top N]
 A step ends with the kernel whose name matches --step-end (default: the optimizer's AdamW
 kernel; neighbouring launches of it are one step end). For each whole step between two
 ends it prints the kernel count, the sum of their durations, and that sum by kernel (all
-cuBLASLt GEMMs, nvjet_*, as one line). Compare the sum with the step's wall time from the
+cuBLASLt GEMMs, nvjet_*, as one line; with --gemm-names each cuBLASLt kernel on a line of
+its own, which tells a step's projections apart where their shapes pick different kernels). Compare the sum with the step's wall time from the
 benchmark: the difference is what the kernels one by one do not show (launch gaps, and
 clocks lowered under load, since ncu times each kernel alone).
 """
@@ -60,6 +61,7 @@ def main():
     parser.add_argument("csv")
     parser.add_argument("--step-end", default=r"adamw_runs_kernel")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--gemm-names", action="store_true")
     args = parser.parse_args()
     launches = kernel_durations(args.csv)
     ends = step_ends(launches, args.step_end)
@@ -70,7 +72,7 @@ def main():
         step = launches[first + 1:last + 1]
         by_kernel = collections.defaultdict(lambda: [0, 0.0])
         for name, us in step:
-            key = "cuBLASLt GEMMs (nvjet_*)" if name.startswith("nvjet") else name
+            key = "cuBLASLt GEMMs (nvjet_*)" if name.startswith("nvjet") and not args.gemm_names else name
             by_kernel[key][0] += 1
             by_kernel[key][1] += us
         total = sum(us for _, us in step)

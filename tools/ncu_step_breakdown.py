@@ -12,9 +12,10 @@ A step ends with the kernel whose name matches --step-end (default: the optimize
 kernel; neighbouring launches of it are one step end). For each whole step between two
 ends it prints the kernel count, the sum of their durations, and that sum by kernel (all
 cuBLASLt GEMMs, nvjet_*, as one line; with --gemm-names each cuBLASLt kernel on a line of
-its own, which tells a step's projections apart where their shapes pick different kernels). Compare the sum with the step's wall time from the
-benchmark: the difference is what the kernels one by one do not show (launch gaps, and
-clocks lowered under load, since ncu times each kernel alone).
+its own, which tells a step's projections apart where their shapes pick different
+kernels). Compare the sum with the step's wall time from the benchmark: the difference is
+what the kernels one by one do not show (launch gaps, and clocks lowered under load, since
+ncu times each kernel alone).
 """
 import argparse
 import collections

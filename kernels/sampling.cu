@@ -403,6 +403,13 @@ __device__ V warp_reduce_scatter4(const V (&v)[4], Op op) {
   return x;
 }
 
+// A sum of weights taken at `taken_at` (a tile's max), at the row's max instead. Weights
+// whose largest, `largest`, underflows to 0 at the row's max (as the CPU's FP32 weights do)
+// give no mass, or a draw could land among them and find no token there.
+__device__ double mass_at_row_max(double mass, float taken_at, float largest, float row_max) {
+  return expf(largest - row_max) > 0 ? mass * exp(static_cast<double>(taken_at) - static_cast<double>(row_max)) : 0.0;
+}
+
 struct RowTotals {
   float max;
   int64_t first;  // first argmax
@@ -433,11 +440,7 @@ __device__ RowTotals warp_combine_tiles(const TileStats* row_stats, int64_t tile
 #pragma unroll
   for (int j = 0; j < kTilesPerLane; ++j) {
     if (own[j].max == max) first = min(first, static_cast<int64_t>(own[j].first));
-    // A tile whose every weight underflows to 0 (as the CPU's FP32 weights do) must get no
-    // mass, or a draw could land in it and find no token there.
-    scaled[j] = expf(own[j].max - max) > 0
-                    ? own[j].mass * exp(static_cast<double>(own[j].max) - static_cast<double>(max))
-                    : 0.0;
+    scaled[j] = mass_at_row_max(own[j].mass, own[j].max, own[j].max, max);
     mass += scaled[j];
   }
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -469,9 +472,7 @@ __device__ int64_t draw_from_all(const Row<T>& row, const TileStats* row_stats, 
   const ChunkStats own = {__ldcg(&row_chunks[tile.index * kTileChunks + lane_id()].mass),
                           __ldcg(&row_chunks[tile.index * kTileChunks + lane_id()].max)};
   const float tile_max = __ldcg(&row_stats[tile.index].max);
-  const double chunk_mass[1] = {
-      expf(own.max - row.max) > 0 ? own.mass * exp(static_cast<double>(tile_max) - static_cast<double>(row.max))
-                                  : 0.0};
+  const double chunk_mass[1] = {mass_at_row_max(own.mass, tile_max, own.max, row.max)};
   if (!tile.reached) target = INFINITY;
   Located chunk = warp_locate(chunk_mass, tile.start, target);
   chunk.index += tile.index * kTileChunks;

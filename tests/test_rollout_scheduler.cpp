@@ -5,7 +5,9 @@
 // budget and the running limit; decodes come first. The simulation also keeps what each
 // block's rows hold, as a row's keys and values depend on the tokens up to its own: a
 // chunk writes its tokens' rows, then every scheduled sequence must find rows of its own
-// tokens for its whole context, which is what sharing a prompt's blocks must keep true.
+// tokens for its whole context, which is what sharing a prompt's blocks must keep true. A
+// step of single tokens runs the fused decode kernel, where each sequence stores its new
+// row while the others read the cache: there no sequence may read a row another writes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,6 +57,9 @@ struct Simulation {
 
       int64_t tokens = 0;
       bool seen_prefill = false;
+      const bool single_tokens =
+          std::all_of(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.tokens == 1; });
+      std::map<std::pair<int32_t, int64_t>, const Sequence*> writer;  // (block, row) -> its writer this step
       for (const ScheduledChunk& chunk : chunks) {
         const Sequence& s = *chunk.sequence;
         tokens += chunk.tokens;
@@ -69,12 +74,17 @@ struct Simulation {
           std::vector<std::vector<int32_t>>& written = rows[s.blocks[p / block_size]];
           written.resize(block_size);
           written[p % block_size].assign(s.tokens.begin(), s.tokens.begin() + p + 1);
+          writer[{s.blocks[p / block_size], p % block_size}] = &s;
         }
       }
       // The forward stores every chunk's rows before any attends: now each reads its context.
       for (const ScheduledChunk& chunk : chunks) {
         const Sequence& s = *chunk.sequence;
         for (int64_t p = 0; p < s.computed + chunk.tokens; ++p) {
+          const auto written_now = writer.find({s.blocks[p / block_size], p % block_size});
+          EXPECT_FALSE(single_tokens && written_now != writer.end() && written_now->second != &s)
+              << "sequence " << s.request.id << " reads row " << p << " while sequence "
+              << (written_now != writer.end() ? written_now->second->request.id : 0) << " stores it in step " << steps;
           const auto found = rows.find(s.blocks[p / block_size]);
           ASSERT_TRUE(found != rows.end() &&
                       std::equal(s.tokens.begin(), s.tokens.begin() + p + 1, found->second[p % block_size].begin(),
@@ -182,6 +192,31 @@ TEST(RolloutScheduler, ChunkedPrefillOfASharedPromptKeepsEveryRowRight) {
   for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(sim.lengths[r], 19u);
   EXPECT_GT(sim.scheduler.shared_prompt_tokens(), 0);
   EXPECT_GT(sim.most_holders, 1);
+}
+
+// A's 8-token prompt in chunks of 7 and 1 (budget 7): its last token completes its second
+// block in a step of single tokens, where B (A's prompt and one token more) is admitted.
+// B must not take that block, whose row A stores while B would read it; it takes the first
+// and computes the other 5 tokens. With blocks of one token, a one-token prompt admitted
+// first is such a chunk too.
+TEST(RolloutScheduler, ABlockCompletedInAStepOfSingleTokensIsSharedFromTheNext) {
+  {
+    Simulation sim(64, 4, {2, 7});
+    sim.add(make_sequence(0, 8, 3));
+    sim.add(make_sequence(1, 9, 3));
+    sim.run();
+    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 4);
+    EXPECT_EQ(sim.lengths[0], 11u);
+    EXPECT_EQ(sim.lengths[1], 12u);
+  }
+  {
+    Simulation sim(64, 1, {2, 7});
+    sim.add(make_sequence(0, 1, 2));
+    sim.add(make_sequence(1, 2, 2));
+    sim.run();
+    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 0);
+    EXPECT_EQ(sim.lengths[1], 4u);
+  }
 }
 
 // 12 blocks for four samples of one prompt that grow to 10 blocks each: preemption frees

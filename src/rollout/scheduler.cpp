@@ -86,8 +86,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (preempted_itself) break;
-    chunks.push_back({&sequence, 1});
-    index_prompt_blocks(chunks.back());  // a chunked prompt's last token may end a block
+    chunks.push_back({&sequence, 1});  // a chunked prompt's last token may end a block
     --budget;
   }
 
@@ -97,7 +96,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (sequence->pending() < 2) continue;
     const int64_t tokens = std::min(sequence->pending(), budget);
     chunks.push_back({sequence.get(), tokens});
-    index_prompt_blocks(chunks.back());
+    if (tokens > 1) index_prompt_blocks(chunks.back());
     budget -= tokens;
   }
 
@@ -116,11 +115,16 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     shared_prompt_tokens_ += sequence.computed;
     const int64_t tokens = std::min(sequence.pending(), budget);
     chunks.push_back({&sequence, tokens});
-    index_prompt_blocks(chunks.back());
+    if (tokens > 1) index_prompt_blocks(chunks.back());
     budget -= tokens;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  // The blocks that single-token chunks complete are found from the next step on: were
+  // every chunk of this step a single token, the engine's fused decode kernel would store
+  // such a row while a sequence admitted here read it.
+  for (const ScheduledChunk& chunk : chunks)
+    if (chunk.tokens == 1) index_prompt_blocks(chunk);
   return chunks;
 }
 

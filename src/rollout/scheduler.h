@@ -16,7 +16,10 @@
 // a GRPO group's samples prefill their prompt once and read one copy of its keys and
 // values. A block is indexed once the step that completes it is scheduled: the forward
 // stores every token's keys and values of a layer before any of them attends, so a
-// sequence admitted in the same step may already read it.
+// sequence admitted in the same step may already read it. Not so in a step of single
+// tokens, which the GPU engine runs on its fused decode kernel (each sequence stores its
+// own new row as the others read the cache): a block that a single-token chunk completes
+// (a chunked prompt's last token) is indexed after the step's admissions.
 #pragma once
 #include <cstdint>
 #include <deque>

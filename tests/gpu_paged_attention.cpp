@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -293,8 +294,10 @@ void expect_matches_cpu(DeviceStep& gpu, const Problem& p, const std::string& wh
   expect_out_close(read(gpu.out), p, what);
 }
 
+// A new seed each run, printed; TANDEM_TEST_SEED=N replays a failing run's inputs.
 uint32_t fresh_seed() {
-  const uint32_t seed = std::random_device{}();
+  const char* fixed = std::getenv("TANDEM_TEST_SEED");
+  const uint32_t seed = fixed ? static_cast<uint32_t>(std::stoul(fixed)) : std::random_device{}();
   std::printf("seed %u\n", seed);
   return seed;
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "rollout/block_allocator.h"
 #include "rollout/prompt_block_index.h"
@@ -200,22 +201,15 @@ TEST(RolloutScheduler, ChunkedPrefillOfASharedPromptKeepsEveryRowRight) {
 // and computes the other 5 tokens. With blocks of one token, a one-token prompt admitted
 // first is such a chunk too.
 TEST(RolloutScheduler, ABlockCompletedInAStepOfSingleTokensIsSharedFromTheNext) {
-  {
-    Simulation sim(64, 4, {2, 7});
-    sim.add(make_sequence(0, 8, 3));
-    sim.add(make_sequence(1, 9, 3));
+  for (const auto& [block_size, prompt, shared] :
+       {std::tuple{4, size_t{8}, int64_t{4}}, std::tuple{1, size_t{1}, int64_t{0}}}) {
+    Simulation sim(64, block_size, {2, 7});
+    sim.add(make_sequence(0, prompt, 3));
+    sim.add(make_sequence(1, prompt + 1, 3));
     sim.run();
-    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 4);
-    EXPECT_EQ(sim.lengths[0], 11u);
-    EXPECT_EQ(sim.lengths[1], 12u);
-  }
-  {
-    Simulation sim(64, 1, {2, 7});
-    sim.add(make_sequence(0, 1, 2));
-    sim.add(make_sequence(1, 2, 2));
-    sim.run();
-    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), 0);
-    EXPECT_EQ(sim.lengths[1], 4u);
+    EXPECT_EQ(sim.scheduler.shared_prompt_tokens(), shared) << "blocks of " << block_size;
+    EXPECT_EQ(sim.lengths[0], prompt + 3);
+    EXPECT_EQ(sim.lengths[1], prompt + 4);
   }
 }
 

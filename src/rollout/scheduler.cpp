@@ -86,7 +86,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (preempted_itself) break;
-    chunks.push_back({&sequence, 1});  // a chunked prompt's last token may end a block
+    chunks.push_back({&sequence, 1});
     --budget;
   }
 
@@ -120,9 +120,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  // The blocks that single-token chunks complete are found from the next step on: were
-  // every chunk of this step a single token, the engine's fused decode kernel would store
-  // such a row while a sequence admitted here read it.
+  // The blocks that single-token chunks complete (a chunked prompt's last token may end
+  // one) are found from the next step on: were every chunk of this step a single token,
+  // the engine's fused decode kernel would store such a row while a sequence admitted
+  // here read it.
   for (const ScheduledChunk& chunk : chunks)
     if (chunk.tokens == 1) index_prompt_blocks(chunk);
   return chunks;

@@ -589,6 +589,10 @@ constexpr int kDecodeStageKeys = 16;  // a warp's stage: the 16 rows of one prod
 constexpr int kDecodeMaxBlocksPerSm = 4;  // 128 registers a thread
 constexpr int kDecodeMaxGroup = 4;
 
+struct KeyPlace {
+  int block, offset;  // a block-table entry (-1: no key) and the key's row in that block
+};
+
 // A decode step's new tokens straight from the layer's q|k|v projection
 // (paged_attend_qkv): each block normalises and rotates its group's queries itself, and
 // the block whose keys end at its sequence's new token first stores that token's key and
@@ -612,40 +616,82 @@ struct FreshRows {
 
 // Head `job` of token t's fresh row, by one warp whose lane l holds dims l·P + [0, P) of
 // either half of the head (the dims that rotate together): job < G is query head
-// kv_head·G + job, normalised, rotated and rounded to BF16 into queries[job]; then kv head
-// kv_head's key (normalised and rotated) and its value, into the cache row slots[t]
-// (skipped outside the cache) and, as the cache holds them, into held[0] and held[1]
-// ([2][D]). The arithmetic and roundings of qkv_norm_rope_store.
-template <int D, int G, bool Coded>
-__device__ void prepare_fresh_head(const FreshRows& fresh, const Geometry& geo, int64_t t, int job, int kv_head,
-                                   bf16* queries, float* held, int lane) {
+// kv_head·G + job, then kv head kv_head's key, then its value. A job's inputs are loaded
+// (load_fresh_head) apart from its arithmetic (prepare_fresh_head), so that a warp's first
+// job's loads can go out before the block-table reads and the first copies and wait beside
+// them, rather than after them.
+template <int D>
+struct FreshHead {
+  static constexpr int P = D / 64;
+  bf16 x1[P], x2[P];  // the projection's dims of either half
+  bf16 w1[P], w2[P];  // their norm weights, where the job has a norm
+  float freq[P];      // their rotation's inverse frequencies (query and key)
+  float row_scale;
+  int position;       // query and key
+  int slot;           // key and value: the cache row
+  bool normed;
+};
+
+__device__ inline int fresh_kind(int job, int G) { return job < G ? 0 : job - G + 1; }  // query, key, value
+
+template <int D, int G>
+__device__ FreshHead<D> load_fresh_head(const FreshRows& fresh, const Geometry& geo, int64_t t, int job, int kv_head,
+                                        int lane) {
   constexpr int P = D / 64, H = D / 2;
-  const int kind = job < G ? 0 : job - G + 1;  // query, key, value
+  const int kind = fresh_kind(job, G);
   const int head = kind == 0 ? kv_head * G + job : kv_head;
   const int column = (kind == 0 ? head : kind == 1 ? geo.heads + head : geo.heads + geo.kv_heads + head) * D;
   const bf16* in = fresh.qkv + t * (geo.heads + 2 * geo.kv_heads) * D + column + lane * P;
-  const float scale = fresh.row_scales ? fresh.row_scales[t] : 1.f;
+  FreshHead<D> h;
+#pragma unroll
+  for (int e = 0; e < P; ++e) h.x1[e] = in[e], h.x2[e] = in[H + e];
+  h.row_scale = fresh.row_scales ? fresh.row_scales[t] : 1.f;
+  const bf16* weight = kind == 0 ? fresh.q_norm : kind == 1 ? fresh.k_norm : nullptr;
+  h.normed = weight != nullptr;
+  if (h.normed) {
+#pragma unroll
+    for (int e = 0; e < P; ++e) h.w1[e] = weight[lane * P + e], h.w2[e] = weight[H + lane * P + e];
+  }
+  if (kind < 2) {
+    h.position = fresh.positions[t];
+#pragma unroll
+    for (int e = 0; e < P; ++e) h.freq[e] = fresh.inv_freq[lane * P + e];
+  }
+  if (kind > 0) h.slot = fresh.slots[t];
+  return h;
+}
+
+// Job `job` from its inputs h: a query normalised, rotated and rounded to BF16 into
+// queries[job]; a key (normalised and rotated) or a value into the cache row h.slot
+// (skipped outside the cache) and, as the cache holds it, into held[0] or held[1] ([2][D]).
+// The arithmetic and roundings of qkv_norm_rope_store.
+template <int D, int G, bool Coded>
+__device__ void prepare_fresh_head(const FreshHead<D>& h, const FreshRows& fresh, const Geometry& geo, int job,
+                                   int kv_head, bf16* queries, float* held, int lane) {
+  constexpr int P = D / 64, H = D / 2;
+  const int kind = fresh_kind(job, G);
+  const int head = kind == 0 ? kv_head * G + job : kv_head;
   float x1[P], x2[P];
 #pragma unroll
-  for (int e = 0; e < P; ++e) x1[e] = __bfloat162float(in[e]) * scale, x2[e] = __bfloat162float(in[H + e]) * scale;
+  for (int e = 0; e < P; ++e)
+    x1[e] = __bfloat162float(h.x1[e]) * h.row_scale, x2[e] = __bfloat162float(h.x2[e]) * h.row_scale;
   if (kind < 2) {
-    const bf16* weight = kind == 0 ? fresh.q_norm : fresh.k_norm;
-    if (weight) {
+    if (h.normed) {
       float sum = 0.f;
 #pragma unroll
       for (int e = 0; e < P; ++e) sum += x1[e] * x1[e] + x2[e] * x2[e];
       const float rstd = 1.0f / sqrtf(warp_sum(sum) / static_cast<float>(D) + fresh.eps);
 #pragma unroll
       for (int e = 0; e < P; ++e) {
-        x1[e] = __bfloat162float(weight[lane * P + e]) * (x1[e] * rstd);
-        x2[e] = __bfloat162float(weight[H + lane * P + e]) * (x2[e] * rstd);
+        x1[e] = __bfloat162float(h.w1[e]) * (x1[e] * rstd);
+        x2[e] = __bfloat162float(h.w2[e]) * (x2[e] * rstd);
       }
     }
-    const float position = static_cast<float>(fresh.positions[t]);
+    const float position = static_cast<float>(h.position);
 #pragma unroll
     for (int e = 0; e < P; ++e) {
       float sine, cosine;
-      sincosf(position * fresh.inv_freq[lane * P + e], &sine, &cosine);
+      sincosf(position * h.freq[e], &sine, &cosine);
       const float y1 = x1[e] * cosine - x2[e] * sine, y2 = x2[e] * cosine + x1[e] * sine;
       x1[e] = y1, x2[e] = y2;
     }
@@ -659,7 +705,7 @@ __device__ void prepare_fresh_head(const FreshRows& fresh, const Geometry& geo, 
     for (int e = 0; e < P; ++e) to[e] = __float2bfloat16_rn(x1[e]), to[H + e] = __float2bfloat16_rn(x2[e]);
     return;
   }
-  const int64_t slot = fresh.slots[t];
+  const int64_t slot = h.slot;
   const bool stored = slot >= 0 && slot < fresh.rows;  // a slot outside the cache is skipped
   const int64_t at = (slot * geo.kv_heads + head) * D + lane * P;
   void* to = kind == 1 ? fresh.keys : fresh.values;
@@ -771,16 +817,18 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   unsigned char* ring = shared + warp * kStages * Layout::stage_bytes;
   const float scale_log2 = geo.scale * kLog2e;
 
-  // Lane l: the cache row of key l % 16 of the warp's stage n (rows < 2^31, checked on the
-  // host), or -1 past the range or for a block outside the cache (which reads as zeros, as
-  // in attend_tiles).
-  const auto locate = [&](int n) -> int {
+  // Lane l: the block-table entry of key l % 16 of the warp's stage n and the key's place in
+  // that block (block -1 past the range); row_of makes it a cache row (rows < 2^31, checked
+  // on the host), or -1 for a block outside the cache (which reads as zeros, as in
+  // attend_tiles). Apart, so that an entry is first needed a stage after its read.
+  const auto locate = [&](int n) -> KeyPlace {
     const int key = key_begin + (warp + kWarps * n) * kDecodeStageKeys + lane % 16;
-    if (n >= mine || key >= key_end) return -1;
+    if (n >= mine || key >= key_end) return {-1, 0};
     const int index = block_index(geo, key);
-    const int block = table[index];
-    if (block < 0 || block >= geo.cache_blocks) return -1;
-    return block * geo.block_size + (key - index * geo.block_size);
+    return {table[index], key - index * geo.block_size};
+  };
+  const auto row_of = [&](KeyPlace place) {
+    return place.block >= 0 && place.block < geo.cache_blocks ? place.block * geo.block_size + place.offset : -1;
   };
   // Stage n's slot in the ring: K pieces, V pieces, then (coded) 16 key and 16 value scales.
   const auto stage_at = [&](int n) { return ring + n % kStages * Layout::stage_bytes; };
@@ -797,8 +845,9 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
     return static_cast<uint64_t>(static_cast<unsigned>(max(row, 0))) * unit;
   };
   const unsigned row_elements = geo.kv_heads * D;
-  const auto fetch = [&](int n, int row) {
+  const auto fetch = [&](int n, KeyPlace place) {
     if (n < mine) {
+      const int row = row_of(place);
       unsigned char* keys = stage_at(n);
       unsigned char* values = keys + Layout::half_bytes;
 #pragma unroll
@@ -816,14 +865,21 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
     copy_async_commit();
   };
 
+  // Fresh rows: each warp's first job's inputs go out first (the copies' commits keep
+  // loads behind them), so that they wait beside the block-table reads and the first
+  // copies rather than after them.
+  const int jobs = fresh.qkv ? G + (holds_new_key ? 2 : 0) : 0;
+  FreshHead<D> first_head;
+  if (warp < jobs) first_head = load_fresh_head<D, G>(fresh, geo, token, warp, kv_head, lane);
+
   // The block-table reads of the first stages go out together; afterwards each stage's
   // read is one stage ahead of its copy.
-  int where[kStages];
+  KeyPlace where[kStages];
 #pragma unroll
   for (int n = 0; n < kStages; ++n) where[n] = locate(n);
 #pragma unroll
   for (int n = 0; n + 1 < kStages; ++n) fetch(n, where[n]);
-  int next = where[kStages - 1];
+  KeyPlace next = where[kStages - 1];
 
   // Qᵀ as B operands: column g is query g (zero past the group). Step j's k rows are dims
   // 16j + [2c, 2c+1] and [2c+8, 2c+9] for BF16; for codes (whose 4 bytes at a time come
@@ -836,9 +892,10 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   bf16* fresh_queries = reinterpret_cast<bf16*>(shared + Layout::rings_bytes);
   float* fresh_rows = reinterpret_cast<float*>(shared + Layout::rings_bytes + Layout::queries_bytes);  // k, v, scores
   if (fresh.qkv) {
-    const int jobs = G + (holds_new_key ? 2 : 0);
-    for (int job = warp; job < jobs; job += kWarps)
-      prepare_fresh_head<D, G, Coded>(fresh, geo, token, job, kv_head, fresh_queries, fresh_rows, lane);
+    for (int job = warp; job < jobs; job += kWarps) {
+      const FreshHead<D> head = job == warp ? first_head : load_fresh_head<D, G>(fresh, geo, token, job, kv_head, lane);
+      prepare_fresh_head<D, G, Coded>(head, fresh, geo, job, kv_head, fresh_queries, fresh_rows, lane);
+    }
     __syncthreads();
     own = fresh_queries + min(g, G - 1) * D;
     if (holds_new_key && warp < G) {

@@ -30,7 +30,7 @@ import sys
 
 
 def read_sass(path):
-    """(rows as dicts with address, source, executed, samples, reasons {name: samples})."""
+    """The kernel's instructions in order: source, executed, samples, reasons {name: samples}."""
     with open(path, newline="") as f:
         lines = list(csv.reader(f))
     # The page starts with a line naming the kernel, then the header.
@@ -57,7 +57,6 @@ def read_sass(path):
         if len(line) < len(header):
             continue
         rows.append({
-            "address": line[column["Address"]],
             "source": line[column["Source"]].strip(),
             "executed": number(line[column["Instructions Executed"]]),
             "samples": number(line[samples_column]),

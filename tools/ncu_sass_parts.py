@@ -112,7 +112,7 @@ def main():
             reasons.update(r["reasons"])
         main_reasons = ", ".join(f"{name} {count / max(part_samples, 1):.0%}"
                                  for name, count in reasons.most_common(3) if count)
-        print(f"{first:>5}-{last:<5} {part[0]['executed']:>8} {len(part):>6} {part_executed / executed:>9.1%} "
+        print(f"{first:>5}-{last:<5} {part[0]['executed']:>8} {len(part):>6} {part_executed / max(executed, 1):>9.1%} "
               f"{part_samples / max(samples, 1):>8.1%}  {main_reasons}")
         if args.ops:
             ops = collections.Counter()

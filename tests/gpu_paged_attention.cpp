@@ -463,10 +463,11 @@ struct CodedCache {
   }
 };
 
-void expect_coded_matches_cpu(const Shape& shape, const std::vector<SequenceSpec>& specs, int64_t max_blocks,
-                              uint32_t seed, const std::string& what) {
+// The GPU gets `gpu_tables` as its block tables: the problem's own, except where a test
+// gives it entries that CpuPagedAttention would refuse.
+void expect_coded_matches_cpu(Problem p, const std::vector<int32_t>& gpu_tables, const std::string& what) {
   SCOPED_TRACE(what);
-  Problem p = make_problem(shape, specs, blocks_for(specs, shape.block_size) + 7, max_blocks, seed);
+  const Shape shape = p.shape;
   CpuPagedAttention cpu;
   CodedCache before(p.rows, shape);
   std::vector<int32_t> every_row(p.rows);
@@ -480,6 +481,7 @@ void expect_coded_matches_cpu(const Shape& shape, const std::vector<SequenceSpec
              p.host_batch(), shape.heads, shape.kv_heads);
 
   DeviceStep gpu(p);
+  write(gpu.block_tables, gpu_tables);
   const CacheLayer cache = before.upload(gpu.memory);
   CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), p.tokens, p.sequences,
                                "test.paged_attention");
@@ -488,6 +490,12 @@ void expect_coded_matches_cpu(const Shape& shape, const std::vector<SequenceSpec
   check(cudaStreamSynchronize(nullptr), "paged attention kernels");
   after.expect_same(cache);
   expect_out_close(read(gpu.out), p, what, 4e-2);
+}
+
+void expect_coded_matches_cpu(const Shape& shape, const std::vector<SequenceSpec>& specs, int64_t max_blocks,
+                              uint32_t seed, const std::string& what) {
+  const Problem p = make_problem(shape, specs, blocks_for(specs, shape.block_size) + 7, max_blocks, seed);
+  expect_coded_matches_cpu(p, p.block_tables, what);
 }
 
 class GpuPagedAttentionFp8 : public ::testing::TestWithParam<Case> {};
@@ -528,6 +536,51 @@ TEST(GpuPagedAttentionFp8Decode, LargeBatchOfMixedContexts) {
   for (SequenceSpec& spec : specs) spec = {context(rng), 1};
   for (const Shape& shape : {Shape{16, 8, 128, DType::BF16}, Shape{32, 8, 64, DType::BF16}})
     expect_coded_matches_cpu(shape, specs, 700 / 16 + 2, seed, "300 sequences, " + case_name(Case{shape, true}));
+}
+
+// paged_attention.cuh's rule for contents CpuPagedAttention refuses: in a decode step, a
+// block-table entry outside the cache (negative, or at or past its end) reads as a block of
+// zeros. The CPU's tables name the one block no sequence holds, made zeros, where the
+// GPU's hold such entries: a whole block before a sequence's last (the first of a short
+// one, whose keys are then almost all zeros), and two neighbours in a long context (split
+// into ranges). BF16 and FP8 caches.
+TEST(GpuPagedAttentionDecode, BlocksOutsideTheCacheReadAsZeros) {
+  REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Shape shape{16, 8, 128, DType::BF16};
+  const std::vector<SequenceSpec> specs = {{300, 1}, {1100, 1}, {64, 1}, {17, 1}};
+  const int bs = shape.block_size;
+  const int64_t max_blocks = 1100 / bs + 2, cache_blocks = blocks_for(specs, bs) + 1, width = shape.kv_width();
+  Problem p = make_problem(shape, specs, cache_blocks, max_blocks, seed);
+
+  std::vector<bool> held(cache_blocks, false);
+  for (int64_t b = 0; b < p.sequences; ++b)
+    for (int64_t j = 0; j < (p.context_lens[b] + bs - 1) / bs; ++j) held[p.block_tables[b * max_blocks + j]] = true;
+  const int32_t spare = static_cast<int32_t>(std::find(held.begin(), held.end(), false) - held.begin());
+  for (std::vector<float>* rows : {&p.key_cache, &p.value_cache, &p.stored_keys, &p.stored_values})
+    std::fill(rows->begin() + spare * bs * width, rows->begin() + (spare + 1) * bs * width, 0.f);
+  std::vector<int32_t> gpu_tables = p.block_tables;
+  const struct {
+    int sequence, block;
+    int32_t entry;
+  } outside[] = {{0, 2, -1}, {1, 40, static_cast<int32_t>(cache_blocks)}, {1, 41, 1 << 30}, {3, 0, -7}};
+  for (const auto& [b, j, entry] : outside) {
+    gpu_tables[b * max_blocks + j] = entry;
+    p.block_tables[b * max_blocks + j] = spare;
+  }
+  CpuPagedAttention().attend(p.host(p.out, {p.tokens, shape.q_width()}), p.host(p.q, {p.tokens, shape.q_width()}),
+                             {p.host(p.stored_keys, {p.rows, width}), p.host(p.stored_values, {p.rows, width})},
+                             p.host_batch(), shape.heads, shape.kv_heads);
+
+  DeviceStep gpu(p);
+  write(gpu.block_tables, gpu_tables);
+  CudaPagedAttention attention(nullptr, gpu.memory.pool(), attention_config(shape), p.tokens, p.sequences,
+                               "test.paged_attention");
+  gpu.run(attention, shape.heads, shape.kv_heads);
+  check(cudaStreamSynchronize(nullptr), "paged attention kernels");
+  expect_matches_cpu(gpu, p, "BF16 cache");
+  expect_coded_matches_cpu(p, gpu_tables, "FP8 cache");
 }
 
 // A CUDA graph of store + attend, captured once, replayed after new contents are written

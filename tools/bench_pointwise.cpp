@@ -206,6 +206,14 @@ int main(int argc, char** argv) try {
   report.run("add_rmsnorm_forward", dims({T, kHidden}), 4 * T * row_bytes + T * 4.0, [&] {
     cuda::add_rmsnorm_forward(hidden2, token_rstd, hidden4, hidden, norm_weight, 1e-6f, nullptr);
   });
+  // The rollout's FP8 projections (a decode step: --tokens 256): down_proj's output added
+  // with its token scales, the sum normed into the next projection's codes and token scales.
+  const Tensor token_scales = gpu.make(DType::F32, {T}), code_scales = gpu.make(DType::F32, {T});
+  const Tensor hidden_codes = gpu.make(DType::F8_E4M3, {T, kHidden});
+  report.run("add_rmsnorm to codes", dims({T, kHidden}), 3 * T * row_bytes + T * kHidden + T * 12.0, [&] {
+    cuda::add_rmsnorm_forward({hidden_codes, code_scales}, token_rstd, hidden4, {hidden, token_scales}, norm_weight,
+                              1e-6f, nullptr);
+  });
 
   const Tensor q = gpu.make(dtype, {T, kHeads * kHeadDim}), q2 = gpu.make(dtype, {T, kHeads * kHeadDim});
   const Tensor dq = gpu.make(dtype, {T, kHeads * kHeadDim});
@@ -252,6 +260,11 @@ int main(int argc, char** argv) try {
              [&] { cuda::swiglu_forward(mlp, gate, up, nullptr); });
   report.run("swiglu_backward", dims({T, kIntermediate}), 5 * mlp_bytes,
              [&] { cuda::swiglu_backward(dgate, dup, mlp, gate, up, nullptr); });
+  // SwiGLU between the rollout's FP8 gate|up and down projections: gate|up with its token
+  // scales in, down's codes and token scales out.
+  const Tensor gate_up = gpu.make(dtype, {T, 2 * kIntermediate}), mlp_codes = gpu.make(DType::F8_E4M3, {T, kIntermediate});
+  report.run("swiglu to codes", dims({T, kIntermediate}), 2 * mlp_bytes + T * kIntermediate + T * 8.0,
+             [&] { cuda::swiglu_forward({mlp_codes, code_scales}, {gate_up, token_scales}, nullptr); });
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_pointwise: %s\n", e.what());

@@ -11,7 +11,8 @@ import argparse
 import statistics
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from peer_model import qwen3_0_6b_config
+from transformers import Qwen3ForCausalLM
 
 
 def step_fn(model, optimizer, ids):
@@ -30,10 +31,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--modes", default="eager,compile")
     args = parser.parse_args()
-    config = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                         max_position_embeddings=4096)
-    config._attn_implementation = "sdpa"
+    config = qwen3_0_6b_config()
     for mode in args.modes.split(","):
         torch.manual_seed(0)
         model = Qwen3ForCausalLM(config).cuda()

@@ -301,24 +301,30 @@ __device__ bool find_tile(const int* cu_queries, const int* context_lens, const 
   return hit;
 }
 
-// Q, then one chunk of K and V: the next chunk comes in once this one is done (a coded
-// cache's waits in registers meanwhile), and the blocks an SM (3 of 64 rows at head_dim
-// 128) hide each other's loads.
-template <int D, int RowTiles>
+// Q, then one chunk of K and V (a coded cache's: codes, then the chunk's key and value
+// scales): the next chunk comes in once this one is done (a coded cache's waits in
+// registers meanwhile), and the blocks an SM (3 of 64 rows at head_dim 128) hide each
+// other's loads.
+template <int D, int RowTiles, bool Coded>
 struct TileShared {
   static constexpr int stride = kPaddedStride<D>;
   static constexpr int q_elements = 16 * RowTiles * stride;
   static constexpr int chunk_elements = kChunk * stride;
-  static constexpr int bytes = (q_elements + 2 * chunk_elements) * 2;
+  static constexpr int bytes = (q_elements + 2 * chunk_elements) * 2 + (Coded ? 2 * kChunk * 4 : 0);
   // After the key loop the whole of it holds each warp's state: [warp][16 rows][state_stride]
   // FP32 output rows, then [warp][16] maxima and sums.
   static constexpr int state_stride = D + 8;
   static_assert((kWarps * 16 * state_stride + 2 * kWarps * 16) * 4 <= bytes);
 };
 
-// An F8_E4M3 cache (Coded) reaches shared memory as BF16 through registers: a thread
-// loads its 16-code pieces of the next chunk before the current chunk's products and
-// writes them, times their scales, after.
+// An F8_E4M3 cache (Coded) reaches shared memory through registers: a thread loads its
+// 16-code pieces of the next chunk before the current chunk's products and writes them
+// after, widened and exact (keys to BF16 beside Q, values to FP16), with their scales
+// apart. The products see the codes, and the scales act in FP32: a key's on its scores,
+// a value's on its weights P, which run in FP16 as P' = P times the value's scale over
+// the largest value scale of the chunks so far (o is kept in units of it), as in the
+// decode kernel. Codes times their scale rounded to 16 bits instead would err alike across a
+// head of one scale, enough to move a peaked softmax's output by ~5% of its RMS.
 // Blocks of 64 rows are built for 3 an SM; blocks of 16 leave the register count to the
 // compiler (a minimum of 0 blocks).
 template <int D, int RowTiles, bool Coded>
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
     attend_tiles(bf16* out, float* partial_out, float* partial_lse, const bf16* q,
                  CacheView<std::conditional_t<Coded, uint8_t, bf16>> cache, const int* cu_queries,
                  const int* context_lens, const int* block_tables, Geometry geo) {
-  using Shared = TileShared<D, RowTiles>;
+  using Shared = TileShared<D, RowTiles, Coded>;
   extern __shared__ __align__(16) unsigned char shared[];
   Tile tile;
   if (!find_tile(cu_queries, context_lens, geo, blockIdx.x, tile)) return;
@@ -351,7 +357,11 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
 
   bf16* q_tile = reinterpret_cast<bf16*>(shared);
   bf16* k_chunks = q_tile + Shared::q_elements;
-  bf16* v_chunks = k_chunks + Shared::chunk_elements;
+  bf16* v_chunks = k_chunks + Shared::chunk_elements;  // a coded cache's: FP16 codes
+  // Coded: [kChunk] each, the keys' scales times the softmax scale (log2 units), and the
+  // values' scales.
+  float* chunk_key_scales = reinterpret_cast<float*>(v_chunks + Shared::chunk_elements);
+  float* chunk_value_scales = chunk_key_scales + kChunk;
   const int* table = block_tables + static_cast<int64_t>(tile.sequence) * geo.max_blocks;
   // Element offset of column `col` of key `key` in the cache, or -1 for a key past key_end
   // or a block outside the cache (which read as zeros).
@@ -395,12 +405,12 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
     }
   };
   const auto write_codes = [&] {
-    const auto put = [](bf16* to, const uint4& codes, float scale) {
+    const auto put = [](bf16* to, const uint4& codes, auto pack) {
       float x[16];
       unpack_e4m3x16(codes, x);
       unsigned pairs[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) pairs[i] = pack_bf16(x[2 * i] * scale, x[2 * i + 1] * scale);
+      for (int i = 0; i < 8; ++i) pairs[i] = pack(x[2 * i], x[2 * i + 1]);
       reinterpret_cast<uint4*>(to)[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
       reinterpret_cast<uint4*>(to)[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
     };
@@ -409,8 +419,9 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
       const int c = threadIdx.x + i * kThreads, r = c / (D / 16), col = c % (D / 16) * 16;
       if (c >= kChunk * D / 16) continue;
       const int at = r * Shared::stride + col;
-      put(k_chunks + at, key_codes[i], key_scale[i]);
-      put(v_chunks + at, value_codes[i], value_scale[i]);
+      put(k_chunks + at, key_codes[i], [](float x, float y) { return pack_bf16(x, y); });
+      put(v_chunks + at, value_codes[i], [](float x, float y) { return pack_half2(x, y); });
+      if (col == 0) chunk_key_scales[r] = key_scale[i] * scale_log2, chunk_value_scales[r] = value_scale[i];
     }
   };
 
@@ -418,6 +429,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
   // Per row (g and g+8 of the warp's 16): running max of the scores in log2 units and
   // this lane's share of the running sum of exponentials.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float value_unit = 0.f;  // coded: the largest value scale of the chunks so far, o's unit
   int position[2];  // of the row's query; rows past the tile see no key
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -448,6 +460,19 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
     __syncthreads();
     const bf16* keys = k_chunks;
     const bf16* values = v_chunks;
+    // Coded: o's unit moves to the largest value scale so far, once a chunk (the same in
+    // every warp); the first 16 keys a warp takes apply the change with their correction.
+    float unit_change = 1.f, inverse_unit = 1.f;
+    if constexpr (Coded) {
+      static_assert(kChunk == 64 && kWarps <= kChunk / 16);
+      float largest = fmaxf(chunk_value_scales[lane], chunk_value_scales[lane + 32]);
+#pragma unroll
+      for (int mask = 16; mask > 0; mask /= 2) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, mask));
+      const float unit = fmaxf(value_unit, largest);
+      inverse_unit = unit > 0.f ? 1.f / unit : 0.f;
+      unit_change = value_unit * inverse_unit;
+      value_unit = unit;
+    }
     for (int sub = key_group; sub < kChunk / 16; sub += key_groups) {
       float s[2][4] = {};
 #pragma unroll
@@ -459,6 +484,17 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
         mma(s[1], a, b[2], b[3]);
       }
       const int key_base = key_begin + n * kChunk + sub * 16 + 2 * (lane % 4);
+      // This lane's keys nt·8 + 2·(lane % 4) + e: their score factors, and (coded) their
+      // values' weights in o's unit.
+      float key_factor[2][2], value_weight[2][2];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = sub * 16 + nt * 8 + 2 * (lane % 4) + e;
+          key_factor[nt][e] = Coded ? chunk_key_scales[r] : scale_log2;
+          value_weight[nt][e] = Coded ? chunk_value_scales[r] * inverse_unit : 1.f;
+        }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float tile_max = -INFINITY;
@@ -468,7 +504,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
           for (int e = 0; e < 2; ++e) {
             const int key = key_base + nt * 8 + e;
             float& x = s[nt][2 * half + e];
-            x = key < key_end && key <= position[half] ? x * scale_log2 : -INFINITY;
+            x = key < key_end && key <= position[half] ? x * key_factor[nt][e] : -INFINITY;
             tile_max = fmaxf(tile_max, x);
           }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
@@ -489,20 +525,30 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
             sum += p;
           }
         row_sum[half] = row_sum[half] * correction + sum;
+        const float o_change = correction * unit_change;
 #pragma unroll
         for (int n8 = 0; n8 < D / 8; ++n8) {
-          o[n8][2 * half] *= correction;
-          o[n8][2 * half + 1] *= correction;
+          o[n8][2 * half] *= o_change;
+          o[n8][2 * half + 1] *= o_change;
         }
       }
-      const unsigned p[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
-                             pack_bf16(s[1][2], s[1][3])};
+      unit_change = 1.f;
+      const auto weights = [&](int nt, int half) {
+        return Coded ? pack_half2(s[nt][2 * half] * value_weight[nt][0], s[nt][2 * half + 1] * value_weight[nt][1])
+                     : pack_bf16(s[nt][2 * half], s[nt][2 * half + 1]);
+      };
+      const unsigned p[4] = {weights(0, 0), weights(0, 1), weights(1, 0), weights(1, 1)};
 #pragma unroll
       for (int n16 = 0; n16 < D / 16; ++n16) {
         unsigned b[4];
         load_b_rows_k<D>(b, values, sub * 16, n16 * 16, lane);
-        mma(o[2 * n16], p, b[0], b[1]);
-        mma(o[2 * n16 + 1], p, b[2], b[3]);
+        if constexpr (Coded) {
+          mma_f16(o[2 * n16], p, b[0], b[1]);
+          mma_f16(o[2 * n16 + 1], p, b[2], b[3]);
+        } else {
+          mma(o[2 * n16], p, b[0], b[1]);
+          mma(o[2 * n16 + 1], p, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // the next chunk, or the states below, overwrite this one
@@ -511,6 +557,11 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
       else load_chunk(n + 1);
     }
   }
+  if constexpr (Coded)  // o back from its unit
+#pragma unroll
+    for (int n8 = 0; n8 < D / 8; ++n8)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n8][e] *= value_unit;
 
   if (key_groups == 1) {  // each warp holds its 16 rows whole: nothing to merge
 #pragma unroll
@@ -1234,10 +1285,10 @@ void allow_shared(Kernel kernel, int bytes, const char* what) {
 
 template <int D>
 void allow_tile_shared() {
-  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4>::bytes, "attend");
-  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1>::bytes, "attend");
-  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, false>, TileShared<D, 1, false>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, false>, TileShared<D, 4, false>::bytes, "attend");
+  allow_shared(attend_tiles<D, 1, true>, TileShared<D, 1, true>::bytes, "attend");
+  allow_shared(attend_tiles<D, 4, true>, TileShared<D, 4, true>::bytes, "attend");
 }
 
 template <int D, int G, bool Coded>
@@ -1468,8 +1519,8 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
                       static_cast<unsigned>(plan.splits));
       with_head_dim(geo.head_dim, [&](auto dim) {
         constexpr int Dim = decltype(dim)::value;
-        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1>::bytes);
-        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4>::bytes);
+        if (plan.row_tiles == 1) launch(coded_tag, attend_tiles<Dim, 1, Coded>, grid, TileShared<Dim, 1, Coded>::bytes);
+        else launch(coded_tag, attend_tiles<Dim, 4, Coded>, grid, TileShared<Dim, 4, Coded>::bytes);
       });
     }
   });

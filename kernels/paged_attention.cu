@@ -680,20 +680,21 @@ struct FreshHead {
   float row_scale;
   int position;       // query and key
   int slot;           // key and value: the cache row
+  int kind;           // 0 query, 1 key, 2 value
+  int head;           // the query head, or the kv head
   bool normed;
 };
-
-__device__ inline int fresh_kind(int job, int G) { return job < G ? 0 : job - G + 1; }  // query, key, value
 
 template <int D, int G>
 __device__ FreshHead<D> load_fresh_head(const FreshRows& fresh, const Geometry& geo, int64_t t, int job, int kv_head,
                                         int lane) {
   constexpr int P = D / 64, H = D / 2;
-  const int kind = fresh_kind(job, G);
+  const int kind = job < G ? 0 : job - G + 1;
   const int head = kind == 0 ? kv_head * G + job : kv_head;
   const int column = (kind == 0 ? head : kind == 1 ? geo.heads + head : geo.heads + geo.kv_heads + head) * D;
   const bf16* in = fresh.qkv + t * (geo.heads + 2 * geo.kv_heads) * D + column + lane * P;
   FreshHead<D> h;
+  h.kind = kind, h.head = head;
 #pragma unroll
   for (int e = 0; e < P; ++e) h.x1[e] = in[e], h.x2[e] = in[H + e];
   h.row_scale = fresh.row_scales ? fresh.row_scales[t] : 1.f;
@@ -716,12 +717,11 @@ __device__ FreshHead<D> load_fresh_head(const FreshRows& fresh, const Geometry& 
 // queries[job]; a key (normalised and rotated) or a value into the cache row h.slot
 // (skipped outside the cache) and, as the cache holds it, into held[0] or held[1] ([2][D]).
 // The arithmetic and roundings of qkv_norm_rope_store.
-template <int D, int G, bool Coded>
+template <int D, bool Coded>
 __device__ void prepare_fresh_head(const FreshHead<D>& h, const FreshRows& fresh, const Geometry& geo, int job,
-                                   int kv_head, bf16* queries, float* held, int lane) {
+                                   bf16* queries, float* held, int lane) {
   constexpr int P = D / 64, H = D / 2;
-  const int kind = fresh_kind(job, G);
-  const int head = kind == 0 ? kv_head * G + job : kv_head;
+  const int kind = h.kind, head = h.head;
   float x1[P], x2[P];
 #pragma unroll
   for (int e = 0; e < P; ++e)
@@ -945,7 +945,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   if (fresh.qkv) {
     for (int job = warp; job < jobs; job += kWarps) {
       const FreshHead<D> head = job == warp ? first_head : load_fresh_head<D, G>(fresh, geo, token, job, kv_head, lane);
-      prepare_fresh_head<D, G, Coded>(head, fresh, geo, job, kv_head, fresh_queries, fresh_rows, lane);
+      prepare_fresh_head<D, Coded>(head, fresh, geo, job, fresh_queries, fresh_rows, lane);
     }
     __syncthreads();
     own = fresh_queries + min(g, G - 1) * D;

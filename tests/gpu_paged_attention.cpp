@@ -415,10 +415,11 @@ TEST(GpuPagedAttentionDecode, LargeBatchOfMixedContexts) {
 // the CPU's rows on the decoded cache within BF16's bound above with its first term at
 // 1.5e-2·RMS: both kernels multiply the codes themselves (exact in BF16 and FP16) and
 // apply the scales in FP32, so what is left is the weights P' in FP16, and in the decode
-// kernel the queries too (a CPU emulation of both over 40 seeds: up to 0.2% and 0.6% of
-// the RMS). The tiles' codes times scales rounded to BF16, as they were, erred by 2-4.6%
-// in every seed: a head's codes share one scale, so their roundings add up rather than
-// cancel. A wrong row or scale still errs by the RMS itself.
+// kernel the queries too (measured on an H100, 3 runs of every case: up to 0.17% of the
+// RMS on the tiles, 0.36% on the decode kernel). The tiles' codes times scales rounded to
+// BF16, as they were, erred by 3-3.6% on every mixed step: a head's codes share one scale,
+// so their roundings add up rather than cancel (tools/PERFORMANCE.md, session 31). A
+// wrong row or scale still errs by the RMS itself.
 constexpr double kCodedRmsShare = 1.5e-2;
 
 struct CodedCache {

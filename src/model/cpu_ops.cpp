@@ -1,6 +1,7 @@
 #include "model/cpu_ops.h"
 
 #include "model/activations.h"
+#include "model/cpu_vector.h"
 #include "model/op_args.h"
 #include "tensor/fp8.h"
 
@@ -14,6 +15,9 @@
 namespace tandem {
 
 namespace {
+
+using cpu_vector::axpy;
+using cpu_vector::dot;
 
 constexpr int64_t kAny = kAnyExtent;
 
@@ -77,18 +81,6 @@ void encode_row(const ScaledRows& out, int64_t n, const float* y, int64_t D) {
   uint8_t* codes = out.values.ptr<uint8_t>() + n * D;
   for (int64_t i = 0; i < D; ++i) codes[i] = float_to_e4m3(y[i] * inverse);
   out.scales.ptr<float>()[n] = e4m3_scale(amax);
-}
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-inline void axpy(float* y, float a, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }

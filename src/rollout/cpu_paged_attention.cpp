@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/cpu_ops.h"
+#include "model/cpu_vector.h"
 #include "model/op_args.h"
 #include "tensor/fp8.h"
 
@@ -15,19 +16,10 @@ namespace tandem {
 
 namespace {
 
+using cpu_vector::axpy;
+using cpu_vector::dot;
+
 constexpr Device kCpu = Device::CPU;
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-inline void axpy(float* y, float a, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
 
 [[noreturn]] void fail(const char* op, const std::string& why) {
   throw std::invalid_argument(std::string("CpuPagedAttention::") + op + ": " + why);

@@ -301,6 +301,21 @@ __device__ bool find_tile(const int* cu_queries, const int* context_lens, const 
   return hit;
 }
 
+// A coded cache's values enter P·V as FP16 weights P' = P · scale / unit, with o kept in
+// units of the largest value scale so far (both attention kernels), so that every weight
+// stays within [0, 1].
+struct ValueUnit {
+  float scale = 0.f;  // the unit; 0 until a value scale is not
+  // Takes `largest` (this step's largest value scale) in: returns 1 / the new unit (0 while
+  // it is 0) and sets `change`, which takes o from the old unit to the new one.
+  __device__ float move(float largest, float& change) {
+    const float unit = fmaxf(scale, largest), inverse = unit > 0.f ? 1.f / unit : 0.f;
+    change = scale * inverse;
+    scale = unit;
+    return inverse;
+  }
+};
+
 // Q, then one chunk of K and V (a coded cache's: codes, then the chunk's key and value
 // scales): the next chunk comes in once this one is done (a coded cache's waits in
 // registers meanwhile), and the blocks an SM (3 of 64 rows at head_dim 128) hide each
@@ -321,10 +336,9 @@ struct TileShared {
 // 16-code pieces of the next chunk before the current chunk's products and writes them
 // after, widened and exact (keys to BF16 beside Q, values to FP16), with their scales
 // apart. The products see the codes, and the scales act in FP32: a key's on its scores,
-// a value's on its weights P, which run in FP16 as P' = P times the value's scale over
-// the largest value scale of the chunks so far (o is kept in units of it), as in the
-// decode kernel. Codes times their scale rounded to 16 bits instead would err alike across a
-// head of one scale, enough to move a peaked softmax's output by ~5% of its RMS.
+// a value's on its weight P' (ValueUnit), as in the decode kernel. Codes times their scale
+// rounded to 16 bits instead would err alike across a head of one scale, enough to move a
+// peaked softmax's output by ~5% of its RMS.
 // Blocks of 64 rows are built for 3 an SM; blocks of 16 leave the register count to the
 // compiler (a minimum of 0 blocks).
 template <int D, int RowTiles, bool Coded>
@@ -429,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
   // Per row (g and g+8 of the warp's 16): running max of the scores in log2 units and
   // this lane's share of the running sum of exponentials.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  float value_unit = 0.f;  // coded: the largest value scale of the chunks so far, o's unit
+  ValueUnit value_unit;  // coded: moved once a chunk
   int position[2];  // of the row's query; rows past the tile see no key
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -468,10 +482,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
       float largest = fmaxf(chunk_value_scales[lane], chunk_value_scales[lane + 32]);
 #pragma unroll
       for (int mask = 16; mask > 0; mask /= 2) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, mask));
-      const float unit = fmaxf(value_unit, largest);
-      inverse_unit = unit > 0.f ? 1.f / unit : 0.f;
-      unit_change = value_unit * inverse_unit;
-      value_unit = unit;
+      inverse_unit = value_unit.move(largest, unit_change);
     }
     for (int sub = key_group; sub < kChunk / 16; sub += key_groups) {
       float s[2][4] = {};
@@ -561,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, RowTiles == 4 ? 3 : 0)
 #pragma unroll
     for (int n8 = 0; n8 < D / 8; ++n8)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[n8][e] *= value_unit;
+      for (int e = 0; e < 4; ++e) o[n8][e] *= value_unit.scale;
 
   if (key_groups == 1) {  // each warp holds its 16 rows whole: nothing to merge
 #pragma unroll
@@ -974,7 +985,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   // (query 2c + i): the running max in log2 units and this lane's keys' share of the sum.
   float o[D / 16][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  float value_unit = 0.f;  // coded: the largest value scale so far, o's unit
+  ValueUnit value_unit;  // coded: moved every stage
   // This lane's ldmatrix row: K (and coded V) pieces 2j + lane/16 of key lane % 16, BF16 V
   // pieces 2j + lane/8 % 2 of key 8·(lane/16) + lane % 8.
   const int k_row = lane % 16, k_piece = lane / 16;
@@ -1032,10 +1043,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
     float unit_change = 1.f, value_weight[2] = {1.f, 1.f};
     if constexpr (Coded) {
       const float low = scales[kDecodeStageKeys + g], high = scales[kDecodeStageKeys + g + 8];
-      const float unit = fmaxf(value_unit, warp_column_max(fmaxf(low, high)));
-      const float inverse = unit > 0.f ? 1.f / unit : 0.f;
-      unit_change = value_unit * inverse;
-      value_unit = unit;
+      const float inverse = value_unit.move(warp_column_max(fmaxf(low, high)), unit_change);
       value_weight[0] = low * inverse, value_weight[1] = high * inverse;
     }
     float o_change[2];
@@ -1098,7 +1106,7 @@ __global__ void __launch_bounds__(kThreads, DecodeLayout<D, Coded>::blocks_per_s
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int offset = 4; offset < 32; offset <<= 1) row_sum[i] += __shfl_xor_sync(kFullMask, row_sum[i], offset);
-  const float unit = Coded ? value_unit : 1.f;
+  const float unit = Coded ? value_unit.scale : 1.f;
   __syncwarp();
   float* state = reinterpret_cast<float*>(ring);  // [G][D] outputs, then [G] maxima and [G] sums
 #pragma unroll

@@ -1018,16 +1018,6 @@ void allow_shared(Kernel kernel, int bytes) {
                              " bytes of shared memory: " + cudaGetErrorString(status));
 }
 
-template <class Element>
-const Element* data(const Tensor& t) {
-  return static_cast<const Element*>(t.data);
-}
-
-template <class Element>
-Element* mutable_data(const Tensor& t) {
-  return static_cast<Element*>(t.data);
-}
-
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -1035,21 +1025,21 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   const char* op = "cuda::attention_forward";
   const Geometry geo = check_shared_args(op, out, lse, q, k, v, cu_seqlens, heads, kv_heads);
   if (geo.tokens == 0) return;
-  const int* cu = data<int>(cu_seqlens);
+  const int* cu = cu_seqlens.ptr<const int>();
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     allow_shared(forward_tiles<D>, forward_shared_bytes<D>);
     forward_tiles<D><<<tile_grid(geo, heads), kThreads, forward_shared_bytes<D>, stream>>>(
-        mutable_data<bf16>(out), mutable_data<float>(lse), data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+        out.ptr<bf16>(), lse.ptr<float>(), q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
   });
   if (!tiled) {
     const unsigned blocks = row_blocks(geo, heads);
     if (q.dtype == DType::BF16)
-      forward_rows<bf16><<<blocks, kScalarThreads, 0, stream>>>(mutable_data<bf16>(out), mutable_data<float>(lse),
-                                                                data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+      forward_rows<bf16><<<blocks, kScalarThreads, 0, stream>>>(out.ptr<bf16>(), lse.ptr<float>(),
+                                                                q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
     else
-      forward_rows<float><<<blocks, kScalarThreads, 0, stream>>>(mutable_data<float>(out), mutable_data<float>(lse),
-                                                                 data<float>(q), data<float>(k), data<float>(v), cu,
+      forward_rows<float><<<blocks, kScalarThreads, 0, stream>>>(out.ptr<float>(), lse.ptr<float>(),
+                                                                 q.ptr<const float>(), k.ptr<const float>(), v.ptr<const float>(), cu,
                                                                  geo);
   }
   check_launch(op);
@@ -1077,14 +1067,14 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   if (scratch.score_grads.data)
     check_op_arg(scratch.score_grads, op, "scratch.score_grads", Device::CUDA, {DType::BF16}, {kAnyExtent});
   if (geo.tokens == 0) return;
-  const int* cu = data<int>(cu_seqlens);
-  float* row_dots = mutable_data<float>(scratch.row_dots);
+  const int* cu = cu_seqlens.ptr<const int>();
+  float* row_dots = scratch.row_dots.ptr<float>();
   const int64_t rows = static_cast<int64_t>(geo.tokens) * heads;
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     constexpr int lanes = D / 8 < 8 ? D / 8 : 8;
     row_dot_tiles<D><<<static_cast<unsigned>((rows * lanes + kDotThreads - 1) / kDotThreads), kDotThreads, 0,
-                       stream>>>(row_dots, data<bf16>(dout), data<bf16>(out), rows);
+                       stream>>>(row_dots, dout.ptr<const bf16>(), out.ptr<const bf16>(), rows);
     check_launch(op);
     // Room for every dS tile: the key-tile kernel stores them and dq takes one product a
     // tile from them; otherwise dq recomputes them (three products a tile).
@@ -1092,36 +1082,36 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     const bool stored = scratch.score_grads.data &&
                         scratch.score_grads.numel() >= attention_score_grad_elements(geo.tokens, geo.sequences, heads) &&
                         reinterpret_cast<uintptr_t>(scratch.score_grads.data) % 16 == 0;
-    bf16* score_grads = mutable_data<bf16>(scratch.score_grads);
+    bf16* score_grads = scratch.score_grads.ptr<bf16>();
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
     backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
-        mutable_data<bf16>(dk), mutable_data<bf16>(dv), score_grads, stored ? score_tiles : 0, data<bf16>(dout),
-        row_dots, data<float>(lse), data<bf16>(q), data<bf16>(k), data<bf16>(v), cu, geo);
+        dk.ptr<bf16>(), dv.ptr<bf16>(), score_grads, stored ? score_tiles : 0, dout.ptr<const bf16>(),
+        row_dots, lse.ptr<const float>(), q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
     check_launch(op);
     if (stored) {
       allow_shared(backward_query_tiles_stored<D>, stored_query_shared_bytes<D>);
       backward_query_tiles_stored<D><<<tile_grid(geo, heads), kThreads, stored_query_shared_bytes<D>, stream>>>(
-          mutable_data<bf16>(dq), data<bf16>(k), score_grads, score_tiles, cu, geo);
+          dq.ptr<bf16>(), k.ptr<const bf16>(), score_grads, score_tiles, cu, geo);
     } else {
       allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
       backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
-          mutable_data<bf16>(dq), data<bf16>(dout), row_dots, data<float>(lse), data<bf16>(q), data<bf16>(k),
-          data<bf16>(v), cu, geo);
+          dq.ptr<bf16>(), dout.ptr<const bf16>(), row_dots, lse.ptr<const float>(), q.ptr<const bf16>(), k.ptr<const bf16>(),
+          v.ptr<const bf16>(), cu, geo);
     }
   });
   if (!tiled) {
     const auto launch = [&](auto element) {
       using Element = decltype(element);
-      row_dot_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(row_dots, data<Element>(dout),
-                                                                                  data<Element>(out), geo);
+      row_dot_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(row_dots, dout.ptr<const Element>(),
+                                                                                  out.ptr<const Element>(), geo);
       check_launch(op);
       backward_query_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(
-          mutable_data<Element>(dq), data<Element>(dout), row_dots, data<float>(lse), data<Element>(q),
-          data<Element>(k), data<Element>(v), cu, geo);
+          dq.ptr<Element>(), dout.ptr<const Element>(), row_dots, lse.ptr<const float>(), q.ptr<const Element>(),
+          k.ptr<const Element>(), v.ptr<const Element>(), cu, geo);
       check_launch(op);
       backward_key_rows<Element><<<row_blocks(geo, kv_heads), kScalarThreads, 0, stream>>>(
-          mutable_data<Element>(dk), mutable_data<Element>(dv), data<Element>(dout), row_dots, data<float>(lse),
-          data<Element>(q), data<Element>(k), data<Element>(v), cu, geo);
+          dk.ptr<Element>(), dv.ptr<Element>(), dout.ptr<const Element>(), row_dots, lse.ptr<const float>(),
+          q.ptr<const Element>(), k.ptr<const Element>(), v.ptr<const Element>(), cu, geo);
     };
     if (q.dtype == DType::BF16) launch(bf16{});
     else launch(float{});

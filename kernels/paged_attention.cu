@@ -1304,16 +1304,6 @@ void allow_decode_shared() {
   allow_shared(attend_decode<D, G, Coded>, DecodeLayout<D, Coded>::shared_bytes, "decode");
 }
 
-template <class Element>
-const Element* data(const Tensor& t) {
-  return static_cast<const Element*>(t.data);
-}
-
-template <class Element>
-Element* mutable_data(const Tensor& t) {
-  return static_cast<Element*>(t.data);
-}
-
 bool aligned_16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
 
 // The cache's tensors: keys and values of the working dtype, or F8_E4M3 with scales;
@@ -1330,8 +1320,8 @@ bool check_cache(const char* op, const CacheLayer& cache, DType working, int64_t
 
 template <class Cache>
 CacheView<Cache> cache_view(const CacheLayer& cache) {
-  return {data<Cache>(cache.keys), data<Cache>(cache.values), data<float>(cache.key_scales),
-          data<float>(cache.value_scales)};
+  return {cache.keys.ptr<const Cache>(), cache.values.ptr<const Cache>(), cache.key_scales.ptr<const float>(),
+          cache.value_scales.ptr<const float>()};
 }
 
 }  // namespace
@@ -1394,8 +1384,8 @@ void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, cons
       using Element = decltype(element);
       const int64_t threads = T * kv_heads * 32;
       store_coded_rows<Element><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          mutable_data<uint8_t>(cache.keys), mutable_data<uint8_t>(cache.values), mutable_data<float>(cache.key_scales),
-          mutable_data<float>(cache.value_scales), data<Element>(k), data<Element>(v), data<int>(slots),
+          cache.keys.ptr<uint8_t>(), cache.values.ptr<uint8_t>(), cache.key_scales.ptr<float>(),
+          cache.value_scales.ptr<float>(), k.ptr<const Element>(), v.ptr<const Element>(), slots.ptr<const int>(),
           static_cast<int>(T), rows, static_cast<int>(kv_heads), static_cast<int>(width / kv_heads));
     };
     if (k.dtype == DType::BF16) launch(bf16{});
@@ -1408,8 +1398,8 @@ void paged_store(const CacheLayer& cache, const Tensor& k, const Tensor& v, cons
     const int units = static_cast<int>(row_bytes / sizeof(Unit));
     const int64_t threads = T * units;
     store_rows<Unit><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        mutable_data<Unit>(cache.keys), mutable_data<Unit>(cache.values), data<Unit>(k), data<Unit>(v),
-        data<int>(slots), static_cast<int>(T), rows, units);
+        cache.keys.ptr<Unit>(), cache.values.ptr<Unit>(), k.ptr<const Unit>(), v.ptr<const Unit>(),
+        slots.ptr<const int>(), static_cast<int>(T), rows, units);
   };
   const bool wide = row_bytes % 16 == 0 && aligned_16(cache.keys) && aligned_16(cache.values) && aligned_16(k) &&
                     aligned_16(v);
@@ -1467,9 +1457,9 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
   divide_by_block(geo, batch.block_size);
   geo.cache_blocks = rows / batch.block_size;
   geo.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int* cu = data<int>(batch.cu_queries);
-  const int* context = data<int>(batch.context_lens);
-  const int* tables = data<int>(batch.block_tables);
+  const int* cu = batch.cu_queries.ptr<const int>();
+  const int* context = batch.context_lens.ptr<const int>();
+  const int* tables = batch.block_tables.ptr<const int>();
 
   const bool decode = takes_decode_kernel(out, q, cache, T, B, heads, kv_heads);
   const bool tiled = q.dtype == DType::BF16 && tensor_core_head_dim(geo.head_dim) && aligned_16(q) &&
@@ -1481,7 +1471,7 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
       using Element = decltype(element);
       using Cache = decltype(stored);
       attend_rows<Element, Cache><<<blocks, kThreads, 0, stream>>>(
-          mutable_data<Element>(out), data<Element>(q), cache_view<Cache>(cache), cu, context, tables, geo);
+          out.ptr<Element>(), q.ptr<const Element>(), cache_view<Cache>(cache), cu, context, tables, geo);
     };
     if (q.dtype == DType::BF16) coded ? launch(bf16{}, uint8_t{}) : launch(bf16{}, bf16{});
     else coded ? launch(float{}, uint8_t{}) : launch(float{}, float{});
@@ -1499,11 +1489,11 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
   geo.splits = decode ? plan_decode_splits(B, heads, kv_heads, max_context, workspace_rows, sms,
                                            decode_blocks_per_sm(geo.head_dim, coded))
                       : plan.splits;
-  float* partial_out = mutable_data<float>(workspace);
+  float* partial_out = workspace.ptr<float>();
   float* partial_lse = partial_out + static_cast<int64_t>(geo.splits) * T * heads * D;
   const auto launch = [&](auto coded_tag, auto kernel, dim3 grid, int bytes, auto... extra) {
     using Cache = std::conditional_t<decltype(coded_tag)::value, uint8_t, bf16>;
-    kernel<<<grid, kThreads, bytes, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, data<bf16>(q),
+    kernel<<<grid, kThreads, bytes, stream>>>(out.ptr<bf16>(), partial_out, partial_lse, q.ptr<const bf16>(),
                                               cache_view<Cache>(cache), cu, context, tables, geo, extra...);
   };
   const auto with_coded = [&](auto&& f) { coded ? f(std::true_type{}) : f(std::false_type{}); };
@@ -1535,7 +1525,7 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
   check_launch(op);
   if (geo.splits > 1) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
-    combine_splits<<<blocks, kThreads, 0, stream>>>(mutable_data<bf16>(out), partial_out, partial_lse, cu, context,
+    combine_splits<<<blocks, kThreads, 0, stream>>>(out.ptr<bf16>(), partial_out, partial_lse, cu, context,
                                                     geo);
     check_launch(op);
   }
@@ -1563,17 +1553,17 @@ void paged_attend_qkv(const Tensor& out, const Tensor& q_scratch, const CacheLay
     return paged_attend(out, q_scratch, cache, batch, heads, kv_heads, workspace, stream);
   }
   FreshRows fresh;
-  fresh.qkv = data<bf16>(qkv.values);
-  fresh.row_scales = data<float>(qkv.scales);
-  fresh.q_norm = norm ? data<bf16>(q_norm) : nullptr;
-  fresh.k_norm = norm ? data<bf16>(k_norm) : nullptr;
-  fresh.positions = data<int>(positions);
-  fresh.inv_freq = data<float>(inv_freq);
-  fresh.slots = data<int>(batch.slots);
+  fresh.qkv = qkv.values.ptr<const bf16>();
+  fresh.row_scales = qkv.scales.ptr<const float>();
+  fresh.q_norm = norm ? q_norm.ptr<const bf16>() : nullptr;
+  fresh.k_norm = norm ? k_norm.ptr<const bf16>() : nullptr;
+  fresh.positions = positions.ptr<const int>();
+  fresh.inv_freq = inv_freq.ptr<const float>();
+  fresh.slots = batch.slots.ptr<const int>();
   fresh.keys = cache.keys.data;
   fresh.values = cache.values.data;
-  fresh.key_scales = mutable_data<float>(cache.key_scales);
-  fresh.value_scales = mutable_data<float>(cache.value_scales);
+  fresh.key_scales = cache.key_scales.ptr<float>();
+  fresh.value_scales = cache.value_scales.ptr<float>();
   fresh.rows = cache.keys.shape[0];
   fresh.eps = eps;
   attend(op, out, q_scratch, cache, batch, heads, kv_heads, workspace, fresh, stream);

@@ -1035,12 +1035,12 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   if (!tiled) {
     const unsigned blocks = row_blocks(geo, heads);
     if (q.dtype == DType::BF16)
-      forward_rows<bf16><<<blocks, kScalarThreads, 0, stream>>>(out.ptr<bf16>(), lse.ptr<float>(),
-                                                                q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
+      forward_rows<bf16><<<blocks, kScalarThreads, 0, stream>>>(out.ptr<bf16>(), lse.ptr<float>(), q.ptr<const bf16>(),
+                                                                k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
     else
       forward_rows<float><<<blocks, kScalarThreads, 0, stream>>>(out.ptr<float>(), lse.ptr<float>(),
-                                                                 q.ptr<const float>(), k.ptr<const float>(), v.ptr<const float>(), cu,
-                                                                 geo);
+                                                                 q.ptr<const float>(), k.ptr<const float>(),
+                                                                 v.ptr<const float>(), cu, geo);
   }
   check_launch(op);
 }
@@ -1073,8 +1073,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   const bool tiled = launch_on_tensor_cores(geo, {&q, &k, &v, &out, &dout, &dq, &dk, &dv}, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     constexpr int lanes = D / 8 < 8 ? D / 8 : 8;
-    row_dot_tiles<D><<<static_cast<unsigned>((rows * lanes + kDotThreads - 1) / kDotThreads), kDotThreads, 0,
-                       stream>>>(row_dots, dout.ptr<const bf16>(), out.ptr<const bf16>(), rows);
+    row_dot_tiles<D><<<static_cast<unsigned>((rows * lanes + kDotThreads - 1) / kDotThreads), kDotThreads, 0, stream>>>(
+        row_dots, dout.ptr<const bf16>(), out.ptr<const bf16>(), rows);
     check_launch(op);
     // Room for every dS tile: the key-tile kernel stores them and dq takes one product a
     // tile from them; otherwise dq recomputes them (three products a tile).
@@ -1085,8 +1085,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     bf16* score_grads = scratch.score_grads.ptr<bf16>();
     allow_shared(backward_key_tiles<D>, KeyTileShared<D>::bytes);
     backward_key_tiles<D><<<tile_grid(geo, kv_heads), kThreads, KeyTileShared<D>::bytes, stream>>>(
-        dk.ptr<bf16>(), dv.ptr<bf16>(), score_grads, stored ? score_tiles : 0, dout.ptr<const bf16>(),
-        row_dots, lse.ptr<const float>(), q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
+        dk.ptr<bf16>(), dv.ptr<bf16>(), score_grads, stored ? score_tiles : 0, dout.ptr<const bf16>(), row_dots,
+        lse.ptr<const float>(), q.ptr<const bf16>(), k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
     check_launch(op);
     if (stored) {
       allow_shared(backward_query_tiles_stored<D>, stored_query_shared_bytes<D>);
@@ -1095,15 +1095,15 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     } else {
       allow_shared(backward_query_tiles<D>, query_shared_bytes<D>);
       backward_query_tiles<D><<<tile_grid(geo, heads), kThreads, query_shared_bytes<D>, stream>>>(
-          dq.ptr<bf16>(), dout.ptr<const bf16>(), row_dots, lse.ptr<const float>(), q.ptr<const bf16>(), k.ptr<const bf16>(),
-          v.ptr<const bf16>(), cu, geo);
+          dq.ptr<bf16>(), dout.ptr<const bf16>(), row_dots, lse.ptr<const float>(), q.ptr<const bf16>(),
+          k.ptr<const bf16>(), v.ptr<const bf16>(), cu, geo);
     }
   });
   if (!tiled) {
     const auto launch = [&](auto element) {
       using Element = decltype(element);
       row_dot_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(row_dots, dout.ptr<const Element>(),
-                                                                                  out.ptr<const Element>(), geo);
+                                                                                   out.ptr<const Element>(), geo);
       check_launch(op);
       backward_query_rows<Element><<<row_blocks(geo, heads), kScalarThreads, 0, stream>>>(
           dq.ptr<Element>(), dout.ptr<const Element>(), row_dots, lse.ptr<const float>(), q.ptr<const Element>(),

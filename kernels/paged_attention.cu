@@ -1470,8 +1470,8 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
     const auto launch = [&](auto element, auto stored) {
       using Element = decltype(element);
       using Cache = decltype(stored);
-      attend_rows<Element, Cache><<<blocks, kThreads, 0, stream>>>(
-          out.ptr<Element>(), q.ptr<const Element>(), cache_view<Cache>(cache), cu, context, tables, geo);
+      attend_rows<Element, Cache><<<blocks, kThreads, 0, stream>>>(out.ptr<Element>(), q.ptr<const Element>(),
+                                                                   cache_view<Cache>(cache), cu, context, tables, geo);
     };
     if (q.dtype == DType::BF16) coded ? launch(bf16{}, uint8_t{}) : launch(bf16{}, bf16{});
     else coded ? launch(float{}, uint8_t{}) : launch(float{}, float{});
@@ -1525,8 +1525,7 @@ void attend(const char* op, const Tensor& out, const Tensor& q, const CacheLayer
   check_launch(op);
   if (geo.splits > 1) {
     const unsigned blocks = static_cast<unsigned>((T * heads + kWarps - 1) / kWarps);
-    combine_splits<<<blocks, kThreads, 0, stream>>>(out.ptr<bf16>(), partial_out, partial_lse, cu, context,
-                                                    geo);
+    combine_splits<<<blocks, kThreads, 0, stream>>>(out.ptr<bf16>(), partial_out, partial_lse, cu, context, geo);
     check_launch(op);
   }
 }

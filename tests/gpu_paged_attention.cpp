@@ -260,8 +260,11 @@ double rms(const std::vector<float>& x) {
   return std::sqrt(sum / std::max<size_t>(x.size(), 1));
 }
 
+// The BF16 bound's first term (see the top of this file).
+constexpr double kBf16RmsShare = 2e-2;
+
 void expect_out_close(const std::vector<float>& got, const Problem& p, const std::string& what,
-                      double bf16_rms_share = 2e-2) {
+                      double bf16_rms_share = kBf16RmsShare) {
   ASSERT_EQ(got.size(), p.out.size()) << what;
   const double scale = rms(p.out);
   int64_t worst = 0;
@@ -270,7 +273,8 @@ void expect_out_close(const std::vector<float>& got, const Problem& p, const std
     ASSERT_TRUE(std::isfinite(got[i])) << what << ": out element " << i << " = " << got[i];
     const double error = std::abs(static_cast<double>(got[i]) - p.out[i]);
     const double store = std::ldexp(std::abs(p.out[i]), -8);
-    const double allowed = p.shape.dtype == DType::F32 ? 1e-5 + 1e-5 * std::abs(p.out[i]) : bf16_rms_share * scale + store;
+    const double allowed =
+        p.shape.dtype == DType::F32 ? 1e-5 + 1e-5 * std::abs(p.out[i]) : bf16_rms_share * scale + store;
     share_needed = std::max(share_needed, (error - store) / scale);
     if (error - allowed > worst_excess) {
       worst_excess = error - allowed;
@@ -279,7 +283,8 @@ void expect_out_close(const std::vector<float>& got, const Problem& p, const std
   }
   // The margin, so that passing runs show how close a bound is.
   if (p.shape.dtype != DType::F32)
-    std::printf("%s: needs %.4f of the RMS past the BF16 store (bound %.4f)\n", what.c_str(), share_needed, bf16_rms_share);
+    std::printf("%s: needs %.4f of the RMS past the BF16 store (bound %.4f)\n", what.c_str(), share_needed,
+                bf16_rms_share);
   const int64_t token = worst / p.shape.q_width(), head = worst % p.shape.q_width() / p.shape.head_dim;
   EXPECT_LE(worst_excess, 0) << what << ": out of token " << token << " head " << head << " is " << got[worst]
                              << ", CPU " << p.out[worst] << " (RMS " << scale << ")";
@@ -795,7 +800,7 @@ TEST_P(GpuPagedAttentionQkv, MatchesCpuStoreQkvThenAttend) {
   cpu.attend(p.host(p.out, {T, shape.q_width()}), p.host(cpu_q, {T, shape.q_width()}),
              c.coded ? gpu_coded.host() : CacheLayer{p.host(gpu_keys, {p.rows, KD}), p.host(gpu_values, {p.rows, KD})},
              p.host_batch(), H, KV);
-  expect_out_close(read(gpu.out), p, qkv_case_name(c), c.coded ? kCodedRmsShare : 2e-2);
+  expect_out_close(read(gpu.out), p, qkv_case_name(c), c.coded ? kCodedRmsShare : kBf16RmsShare);
 }
 
 INSTANTIATE_TEST_SUITE_P(
